@@ -1,0 +1,412 @@
+"""BLEU and chrF on detokenized strings: overall, by source-length bucket, with bootstrap tests.
+
+Pure scoring on plain lists of strings (GUIDE §4); no model code. Everything reuses
+sacrebleu's own machinery: each sentence's sufficient statistics are extracted once with
+``Metric._extract_corpus_statistics`` (a ``(n_sentences, n_stats)`` array), a bootstrap
+resample is a sum of those rows, and every score comes from
+``Metric._compute_score_from_stats``, exactly as ``sacrebleu.significance`` does. Those two
+methods are private in sacrebleu 2.6 but are what its own paired tests are built on.
+
+Conventions (shared by the CIs, the paired test and the ratio-trend test):
+- buckets by source length in whitespace words, width 10, last bucket ``51+``;
+  an empty source (0 words) is refused with a :class:`DataError`: it is a corpus defect;
+- resample indices come from ``numpy.random.default_rng(seed).choice`` like sacrebleu's;
+  the overall scope uses ``default_rng(seed)`` (so it reproduces sacrebleu's paired test
+  draw for draw) and bucket ``k`` uses ``default_rng([seed, k])``;
+- a 95% interval is ``[sorted[n // 40], sorted[n - n // 40 - 1]]``, sacrebleu's indices.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Metric
+
+from seq2seq.errors import ConfigError, DataError
+
+BUCKET_WIDTH = 10
+LAST_BUCKET_START = 51
+BUCKET_LABELS: tuple[str, ...] = ("1-10", "11-20", "21-30", "31-40", "41-50", "51+")
+METRICS: tuple[str, ...] = ("BLEU", "chrF")
+_TREND_STREAM = 1000  # RNG stream tag for the ratio-trend groups, apart from bucket streams
+
+Stats = dict[str, np.ndarray]  # metric name -> (n_sentences, n_stats) sufficient statistics
+
+
+# --------------------------------------------------------------------------- buckets
+def source_length(sentence: str) -> int:
+    """Length of a source sentence in whitespace-separated words."""
+    return len(sentence.split())
+
+
+def bucket_label(n_words: int) -> str:
+    """Bucket of a source length: 1..10 -> "1-10", ..., 41..50 -> "41-50", 51+ -> "51+"."""
+    if n_words < 1:
+        raise DataError(
+            f"a source sentence has {n_words} words; empty sources cannot be bucketed: "
+            "drop empty segments from the split before scoring"
+        )
+    if n_words >= LAST_BUCKET_START:
+        return BUCKET_LABELS[-1]
+    return BUCKET_LABELS[(n_words - 1) // BUCKET_WIDTH]
+
+
+def bucket_of(sentence: str) -> str:
+    """Bucket label of one source sentence (see :func:`bucket_label`)."""
+    return bucket_label(source_length(sentence))
+
+
+def _bucket_indices(sources: Sequence[str]) -> np.ndarray:
+    """Bucket index (0..5) of every source, naming the first empty one. Shape ``(n,)``."""
+    lengths = np.array([source_length(s) for s in sources], dtype=np.int64)
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:
+        raise DataError(
+            f"source sentence {int(empty[0])} (0-based) is empty ({empty.size} empty in all); "
+            "drop empty segments from the split before scoring"
+        )
+    return np.minimum((lengths - 1) // BUCKET_WIDTH, len(BUCKET_LABELS) - 1)
+
+
+def _range_mask(spec: str, lengths: np.ndarray) -> np.ndarray:
+    """Boolean mask of sources whose length matches ``"a-b"`` (inclusive) or ``"a+"``."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)|(\+))\s*", spec)
+    if match is None:
+        raise ConfigError(
+            f"length range {spec!r} is not understood: write it as 'a-b' (e.g. '11-20') "
+            "or 'a+' (e.g. '41+')"
+        )
+    low = int(match.group(1))
+    high = int(match.group(2)) if match.group(2) else np.iinfo(np.int64).max
+    return (lengths >= low) & (lengths <= high)
+
+
+# ----------------------------------------------------------------- sufficient stats
+def _check_inputs(sources: Sequence[str], **columns: Sequence[str]) -> None:
+    """Refuse empty inputs, misaligned lists and non-strings with a message naming the fix."""
+    if len(sources) == 0:
+        raise DataError("nothing to score: the source list is empty; pass a non-empty split")
+    for name, column in columns.items():
+        if len(column) != len(sources):
+            raise DataError(
+                f"{name} has {len(column)} lines but there are {len(sources)} sources; "
+                "score hypotheses and references of the same split, one line per source"
+            )
+        bad = next((i for i, x in enumerate(column) if not isinstance(x, str)), None)
+        if bad is not None:
+            raise DataError(f"{name} line {bad} is {type(column[bad]).__name__}, not a string")
+
+
+def _metrics(trg_lang: str = "") -> dict[str, Metric]:
+    """Fresh sacrebleu metrics with their defaults (BLEU: 13a tokens, exp smoothing; chrF2)."""
+    return {"BLEU": BLEU(trg_lang=trg_lang), "chrF": CHRF()}
+
+
+def segment_stats(
+    hypotheses: Sequence[str], references: Sequence[str], metrics: Mapping[str, Metric]
+) -> Stats:
+    """Per-sentence sufficient statistics, metric name -> ``(n_sentences, n_stats)`` float64."""
+    return {
+        name: np.asarray(metric._extract_corpus_statistics(hypotheses, [references]), np.float64)
+        for name, metric in metrics.items()
+    }
+
+
+def _score(metric: Metric, summed: np.ndarray) -> float:
+    """Corpus score from summed statistics ``(n_stats,)`` through sacrebleu's own formula."""
+    return float(metric._compute_score_from_stats(summed.tolist()).score)
+
+
+def _resample_indices(n: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap indices ``(n_boot, n)``, drawn with the very call sacrebleu uses."""
+    return rng.choice(n, size=(n_boot, n), replace=True)
+
+
+def _resampled_scores(metric: Metric, stats: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Score of every resample. stats ``(n, n_stats)``, idx ``(n_boot, n)`` -> ``(n_boot,)``.
+
+    A resample's statistics are ``counts @ stats`` where ``counts`` says how often each
+    sentence was drawn: one BLAS call instead of materialising ``(n_boot, n, n_stats)``.
+    """
+    n_boot, n = idx.shape
+    flat = (idx + n * np.arange(n_boot)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=n_boot * n).reshape(n_boot, n).astype(np.float64)
+    sums = counts @ stats  # (n_boot, n_stats)
+    return np.array([_score(metric, row) for row in sums])
+
+
+def _interval(samples: np.ndarray) -> tuple[float, float]:
+    """95% percentile interval with sacrebleu's ``estimate_ci`` indices (n // 40 each side)."""
+    ordered = np.sort(samples)
+    cut = len(ordered) // 40
+    return float(ordered[cut]), float(ordered[len(ordered) - cut - 1])
+
+
+def _scope_rng(seed: int, scope: int | None) -> np.random.Generator:
+    """RNG of one scope: ``None`` is the whole set (sacrebleu's stream), else a bucket index."""
+    return np.random.default_rng(seed if scope is None else [seed, scope])
+
+
+def _signatures(metrics: Mapping[str, Metric], n_boot: int, seed: int) -> dict[str, str]:
+    """sacrebleu signature strings, with the bootstrap size and seed as sacrebleu adds them."""
+    out = {}
+    for name, metric in metrics.items():
+        sig = metric.get_signature()
+        sig.update("bs", n_boot)
+        sig.update("seed", seed)
+        out[name] = sig.format()
+    return out
+
+
+# ------------------------------------------------------------------ bucket scores
+def _scope_scores(
+    metrics: Mapping[str, Metric],
+    stats: Stats,
+    rows: np.ndarray,
+    rng: np.random.Generator,
+    n_boot: int,
+    entropies: np.ndarray | None,
+) -> dict[str, Any]:
+    """Scores, 95% intervals and diagnostics over the sentences ``rows`` (indices, ``(m,)``)."""
+    if rows.size == 0:
+        return {"count": 0, "BLEU": None, "chrF": None, "length_ratio": None,
+                "attention_entropy": None}
+    idx = _resample_indices(rows.size, n_boot, rng)
+    out: dict[str, Any] = {"count": int(rows.size)}
+    for name, metric in metrics.items():
+        sub = stats[name][rows]
+        lo, hi = _interval(_resampled_scores(metric, sub, idx))
+        out[name] = {"score": _score(metric, sub.sum(axis=0)), "lo": lo, "hi": hi}
+    # BLEU's first two statistics are the hypothesis and closest-reference token counts.
+    sys_len, ref_len = stats["BLEU"][rows, :2].sum(axis=0)
+    out["length_ratio"] = float(sys_len / ref_len) if ref_len else None
+    out["attention_entropy"] = None if entropies is None else float(entropies[rows].mean())
+    return out
+
+
+def score_buckets(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    n_boot: int = 1000,
+    seed: int = 12345,
+    entropies: Sequence[float] | None = None,
+    trg_lang: str = "",
+) -> dict[str, Any]:
+    """Corpus BLEU and chrF overall and per source-length bucket, with 95% bootstrap CIs.
+
+    Args:
+        sources, hypotheses, references: one detokenized string per sentence, aligned.
+        n_boot: bootstrap resamples per scope (resampling sentences within the scope).
+        seed: RNG seed; the same seed gives the same intervals.
+        entropies: optional mean attention entropy per sentence, ``(n,)``.
+        trg_lang: target language code, only to let sacrebleu pick its tokenizer.
+
+    Returns:
+        ``{"n_boot", "seed", "signatures": {metric: str}, "overall": scope,
+        "buckets": {label: scope}}`` where a scope is ``{"count", "BLEU": {"score", "lo",
+        "hi"}, "chrF": {...}, "length_ratio", "attention_entropy"}``; an empty bucket has
+        count 0 and ``None`` everywhere else.
+    """
+    _check_inputs(sources, hypotheses=hypotheses, references=references)
+    if n_boot < 1:
+        raise ConfigError(f"n_boot must be at least 1, got {n_boot}; 1000 is the default")
+    ent = None
+    if entropies is not None:
+        if len(entropies) != len(sources):
+            raise DataError(
+                f"got {len(entropies)} attention entropies for {len(sources)} sentences; "
+                "pass one entropy per sentence or none"
+            )
+        ent = np.asarray(entropies, dtype=np.float64)
+    buckets = _bucket_indices(sources)
+    metrics = _metrics(trg_lang)
+    stats = segment_stats(hypotheses, references, metrics)
+    every = np.arange(len(sources))
+    return {
+        "n_boot": n_boot,
+        "seed": seed,
+        "signatures": _signatures(metrics, n_boot, seed),
+        "overall": _scope_scores(metrics, stats, every, _scope_rng(seed, None), n_boot, ent),
+        "buckets": {
+            label: _scope_scores(
+                metrics, stats, np.flatnonzero(buckets == k), _scope_rng(seed, k), n_boot, ent
+            )
+            for k, label in enumerate(BUCKET_LABELS)
+        },
+    }
+
+
+def sentence_scores(
+    sources: Sequence[str],
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    trg_lang: str = "",
+) -> list[dict[str, Any]]:
+    """Per-sentence BLEU (effective order, as sacrebleu advises for sentences) and chrF.
+
+    Returns one dict per sentence: ``index, src_words, bucket, bleu, chrf, hyp_len,
+    ref_len`` (lengths in sacrebleu's 13a tokens).
+    """
+    _check_inputs(sources, hypotheses=hypotheses, references=references)
+    buckets = _bucket_indices(sources)
+    metrics = _metrics(trg_lang)
+    stats = segment_stats(hypotheses, references, metrics)
+    # Effective order changes only the formula, not the statistics, so they are reused.
+    sentence_bleu = BLEU(trg_lang=trg_lang, effective_order=True)
+    return [
+        {
+            "index": i,
+            "src_words": source_length(sources[i]),
+            "bucket": BUCKET_LABELS[buckets[i]],
+            "bleu": _score(sentence_bleu, stats["BLEU"][i]),
+            "chrf": _score(metrics["chrF"], stats["chrF"][i]),
+            "hyp_len": int(stats["BLEU"][i, 0]),
+            "ref_len": int(stats["BLEU"][i, 1]),
+        }
+        for i in range(len(sources))
+    ]
+
+
+# ------------------------------------------------------------------- paired tests
+def _paired_scope(
+    metrics: Mapping[str, Metric], base: Stats, system: Stats, rows: np.ndarray,
+    rng: np.random.Generator, n_boot: int,
+) -> dict[str, Any]:
+    """sacrebleu's paired bootstrap statistic on the sentences ``rows``, per metric.
+
+    As in ``sacrebleu.significance._paired_bs_test``: both systems are scored on the same
+    resamples, ``d_i = |sys_i - base_i|`` is centred on its mean and compared with the
+    observed ``|sys - base|``; p = (c + 1) / (n_boot + 1). One deliberate difference: c
+    counts ``>=`` where sacrebleu counts ``>``. They agree unless a centred difference ties
+    the observed one exactly; for identical systems (all zero) sacrebleu 2.6 returns
+    1 / (n_boot + 1), calling a system significantly different from itself, and this gives 1.
+    """
+    if rows.size == 0:
+        return {"count": 0, **{name: None for name in metrics}}
+    idx = _resample_indices(rows.size, n_boot, rng)
+    out: dict[str, Any] = {"count": int(rows.size)}
+    for name, metric in metrics.items():
+        b, s = base[name][rows], system[name][rows]
+        score_b, score_s = _score(metric, b.sum(axis=0)), _score(metric, s.sum(axis=0))
+        diffs = np.abs(_resampled_scores(metric, s, idx) - _resampled_scores(metric, b, idx))
+        centred = diffs - diffs.mean()
+        c = int(np.sum(centred >= abs(score_s - score_b)))
+        out[name] = {"score": score_s, "baseline": score_b, "delta": score_s - score_b,
+                     "p_value": (c + 1) / (n_boot + 1)}
+    return out
+
+
+def paired_test(
+    sources: Sequence[str],
+    references: Sequence[str],
+    systems: Mapping[str, Sequence[str]],
+    baseline: str,
+    n_boot: int = 1000,
+    seed: int = 12345,
+    trg_lang: str = "",
+) -> dict[str, Any]:
+    """Paired bootstrap of every system against ``baseline``, overall and per bucket.
+
+    Returns ``{"baseline", "n_boot", "seed", "signatures", "systems": {name: {"overall":
+    scope, "buckets": {label: scope}}}}`` for every non-baseline system, where a scope is
+    ``{"count", "BLEU": {"score", "baseline", "delta", "p_value"}, "chrF": {...}}`` (two-sided
+    p-values; ``None`` for empty buckets).
+    """
+    if baseline not in systems:
+        raise ConfigError(
+            f"baseline {baseline!r} is not one of the systems {sorted(systems)}; "
+            "name one of them as the baseline"
+        )
+    if len(systems) < 2:
+        raise ConfigError("a paired test needs at least two systems; pass another system")
+    _check_inputs(sources, references=references, **systems)
+    buckets = _bucket_indices(sources)
+    metrics = _metrics(trg_lang)
+    base = segment_stats(systems[baseline], references, metrics)
+    every = np.arange(len(sources))
+    results = {}
+    for name, hyps in systems.items():
+        if name == baseline:
+            continue
+        stats = segment_stats(hyps, references, metrics)
+        results[name] = {
+            "overall": _paired_scope(metrics, base, stats, every, _scope_rng(seed, None), n_boot),
+            "buckets": {
+                label: _paired_scope(metrics, base, stats, np.flatnonzero(buckets == k),
+                                     _scope_rng(seed, k), n_boot)
+                for k, label in enumerate(BUCKET_LABELS)
+            },
+        }
+    return {"baseline": baseline, "n_boot": n_boot, "seed": seed,
+            "signatures": _signatures(metrics, n_boot, seed), "systems": results}
+
+
+def _bleu_pair(
+    bleu: Metric, attn: np.ndarray, none: np.ndarray, rows: np.ndarray,
+    rng: np.random.Generator, n_boot: int,
+) -> tuple[float, float, float, np.ndarray]:
+    """BLEU of attn and none on ``rows``, their ratio, and the ``(n_boot,)`` resampled ratios."""
+    a, b = attn[rows], none[rows]
+    idx = _resample_indices(rows.size, n_boot, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = _resampled_scores(bleu, a, idx) / _resampled_scores(bleu, b, idx)
+    score_a, score_b = _score(bleu, a.sum(axis=0)), _score(bleu, b.sum(axis=0))
+    point = score_a / score_b if score_b > 0 else float("nan")
+    return score_a, score_b, point, ratios
+
+
+def ratio_trend_test(
+    sources: Sequence[str],
+    references: Sequence[str],
+    hyps_attn: Sequence[str],
+    hyps_none: Sequence[str],
+    long: str = "41+",
+    short: str = "11-20",
+    n_boot: int = 1000,
+    seed: int = 12345,
+    trg_lang: str = "",
+) -> dict[str, Any]:
+    """GUIDE §4 criterion 2: is BLEU(attn)/BLEU(none) higher on long sources than on short?
+
+    Each length group is resampled on its own (stratified), with the same indices for both
+    systems (paired). ``diff = ratio_long - ratio_short``; the one-sided p-value is the
+    bootstrap share of ``diff_i <= 0``, as ``(c + 1) / (n_boot + 1)``; a resample whose
+    ratio is undefined (``none`` scores 0) counts against the effect.
+
+    Returns ``{"ratio_short", "ratio_long", "diff", "p_value", "ci": (lo, hi), "short",
+    "long", "count_short", "count_long", "bleu_attn_short", "bleu_attn_long",
+    "bleu_none_short", "bleu_none_long", "n_boot", "seed"}``; ratios are NaN where ``none`` scores 0 BLEU on the whole group.
+    """
+    _check_inputs(sources, references=references, hyps_attn=hyps_attn, hyps_none=hyps_none)
+    _bucket_indices(sources)  # refuses empty sources like every other entry point
+    lengths = np.array([source_length(s) for s in sources])
+    bleu = BLEU(trg_lang=trg_lang)
+    attn, none = (segment_stats(h, references, {"BLEU": bleu})["BLEU"]
+                  for h in (hyps_attn, hyps_none))
+    groups = {}
+    for k, (role, spec) in enumerate((("short", short), ("long", long))):
+        rows = np.flatnonzero(_range_mask(spec, lengths))
+        if rows.size == 0:
+            raise DataError(f"no source sentence is {spec} words long, so the {role} "
+                            "group is empty; choose a range the split covers")
+        rng = _scope_rng(seed, _TREND_STREAM + k)
+        groups[role] = (rows.size, *_bleu_pair(bleu, attn, none, rows, rng, n_boot))
+    (n_s, a_s, b_s, r_s, boot_s), (n_l, a_l, b_l, r_l, boot_l) = groups["short"], groups["long"]
+    with np.errstate(invalid="ignore"):
+        boot_diff = boot_l - boot_s
+    # NaN (0/0 or inf - inf) is neither > 0 nor an interval bound: count it as no effect.
+    not_above = int(np.sum(~(boot_diff > 0)))
+    lo, hi = _interval(np.where(np.isnan(boot_diff), -np.inf, boot_diff))
+    return {
+        "short": short, "long": long, "count_short": n_s, "count_long": n_l,
+        "bleu_attn_short": a_s, "bleu_attn_long": a_l,
+        "bleu_none_short": b_s, "bleu_none_long": b_l,
+        "ratio_short": r_s, "ratio_long": r_l, "diff": r_l - r_s,
+        "p_value": (not_above + 1) / (n_boot + 1), "ci": (lo, hi),
+        "n_boot": n_boot, "seed": seed,
+    }
