@@ -5,23 +5,29 @@ PY := .venv/bin/python
 PIP := .venv/bin/pip
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SWORD_PKGS := sword-text-sparv sword-text-kjv sword-text-web
+APERTIUM_PKGS := apertium apertium-eng-spa
 ARGS ?=
 
 .PHONY: install system python test test-slow reproduce corpus lint clean
 
 install: system python
 
-# Debian SWORD modules (public-domain Bibles). Skipped with a clear message where
-# apt is missing; set SWORD_PATH to a folder holding mods.d/ and modules/ instead.
+# Debian SWORD modules (public-domain Bibles) and the Apertium rule-based baseline
+# (the reference row of `make reproduce`). Skipped with a clear message where apt is
+# missing; set SWORD_PATH to a folder holding mods.d/ and modules/ instead, and the
+# report then skips the Apertium row.
 system: .stamp-system
-.stamp-system:
+.stamp-system: Makefile
 	@if command -v apt-get >/dev/null 2>&1; then \
-	  if ! dpkg -s $(SWORD_PKGS) >/dev/null 2>&1; then \
-	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(SWORD_PKGS); \
+	  if ! dpkg -s $(SWORD_PKGS) $(APERTIUM_PKGS) >/dev/null 2>&1; then \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(SWORD_PKGS) && \
+	    { $(SUDO) apt-get install -y -qq $(APERTIUM_PKGS) || \
+	      echo "could not install $(APERTIUM_PKGS): the reproduction report skips the Apertium row"; }; \
 	  fi; \
 	else \
 	  echo "apt-get not found: install the SWORD modules spaRV1909eb, engKJV2006eb and engWEB2015eb"; \
 	  echo "(e.g. from https://crosswire.org/sword/modules/) and export SWORD_PATH=<folder with mods.d/>"; \
+	  echo "and, for the Apertium row of the report, apertium with its spa-eng pair (https://apertium.org)"; \
 	fi
 	@touch $@
 
@@ -43,8 +49,9 @@ test-slow: install
 corpus: install
 	.venv/bin/seq2seq-data $(ARGS)
 
+# The README's main job: corpus, three arms, evaluation, report.md (see configs/reproduce.yaml).
 reproduce: install
-	.venv/bin/seq2seq-data $(ARGS)
+	.venv/bin/seq2seq-reproduce $(ARGS)
 
 lint: install
 	.venv/bin/ruff check seq2seq tests scripts

@@ -14,7 +14,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from seq2seq.config import register_configs, validate
+from seq2seq.config import (
+    register_configs,
+    validate,
+    validate_evaluate,
+    validate_reproduce,
+    validate_translate,
+)
 from seq2seq.errors import Seq2SeqError
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
@@ -22,10 +28,15 @@ CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 register_configs()
 
 
-def run_guarded(fn: Callable[[DictConfig], Any], cfg: DictConfig) -> Any:
-    """Run ``fn(cfg)`` turning user errors into one clear line instead of a traceback."""
+def run_guarded(
+    fn: Callable[[DictConfig], Any],
+    cfg: DictConfig,
+    check: Callable[[DictConfig], None] = validate,
+) -> Any:
+    """Run ``check(cfg)`` then ``fn(cfg)``, turning user errors into one clear line
+    instead of a traceback."""
     try:
-        validate(cfg)
+        check(cfg)
         return fn(cfg)
     except Seq2SeqError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -49,3 +60,27 @@ def train_main(cfg: DictConfig) -> None:
     from seq2seq.train import train_main as _train
 
     run_guarded(_train, cfg)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="translate", version_base="1.3")
+def translate_main(cfg: DictConfig) -> None:
+    """`seq2seq-translate run=<run folder> beam=5`: a prompt on a terminal, else a filter."""
+    from seq2seq.translate import translate_main as _translate
+
+    run_guarded(_translate, cfg, check=validate_translate)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base="1.3")
+def evaluate_main(cfg: DictConfig) -> None:
+    """`seq2seq-evaluate run=<run folder> split=test beam=5` (or runs=[a,b] to compare)."""
+    from seq2seq.evaluation import evaluate_main as _evaluate
+
+    run_guarded(_evaluate, cfg, check=validate_evaluate)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="reproduce", version_base="1.3")
+def reproduce_main(cfg: DictConfig) -> None:
+    """`seq2seq-reproduce [profile=quick|paper]`: train the arms, evaluate, write the report."""
+    from seq2seq.reproduce import reproduce_main as _reproduce
+
+    run_guarded(_reproduce, cfg, check=validate_reproduce)

@@ -109,6 +109,27 @@ class TrainConfig:
     patience: int = 5  # validations without improvement before early stop; 0 = off
     resume: bool = False
     log_every: int = 50
+    overfit_batches: int = 0  # > 0: every epoch trains on the same first N batches (memorisation check)
+
+
+@dataclass
+class TranslateConfig:
+    """Primary schema of `seq2seq-translate`; its keys are top-level (run=... beam=... nbest=...).
+
+    The model, its tokenizers and its training settings come from the run folder.
+    """
+
+    run: str | None = None  # a run folder written by seq2seq-train, or a best.pt/last.pt in one
+    beam: int = 5  # 1 = greedy search
+    nbest: int = 1  # REPL only: a filter prints the best hypothesis, one line per input line
+    alpha: float = 0.6  # GNMT length penalty of the beam score
+    max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
+    max_len_extra: int = 10
+    max_src_tokens: int = 0  # longer inputs are cut with a warning; 0 = 4 x the run's train.max_src_words
+    attention: bool = False  # REPL starts with the attention heatmap shown (toggle with :attn)
+    history_file: str = "~/.cache/seq2seq/translate_history"  # REPL line history; "" = none kept
+    device: str = "cpu"  # cpu | cuda | auto (startup is fastest on cpu)
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
 
 
 @dataclass
@@ -121,10 +142,73 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class EvalConfig:
+    """Decoding and scoring settings shared by `seq2seq-evaluate` and `seq2seq-reproduce`."""
+
+    beam: int = 5  # 1 = greedy search
+    alpha: float = 0.6  # GNMT length penalty of the beam score
+    max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
+    max_len_extra: int = 10
+    batch_tokens: int = 2000  # padded source subwords per decoding batch, before beam expansion
+    n_boot: int = 1000  # bootstrap resamples for intervals and paired tests
+    boot_seed: int = 12345
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int = 0  # torch intra-op threads; 0 = all cores
+
+
+@dataclass
+class EvaluateConfig(EvalConfig):
+    """Primary schema of `seq2seq-evaluate`; its keys are top-level (run=... split=... beam=...)."""
+
+    run: str | None = None  # one run folder (or a checkpoint file in one)
+    runs: list[str] = field(default_factory=list)  # several run folders: scored, then compared
+    names: list[str] = field(default_factory=list)  # display names for runs; default: folder names
+    baseline: str | None = None  # system the others are tested against; default: the first run
+    split: str = "test"
+    out_dir: str | None = None  # default: <run>/eval/<split>-beam<k>; runs=[..]: runs/compare/<...>
+    apertium: bool = False  # also translate the split with Apertium and add it as a system
+    apertium_pair: str = "spa-eng"
+
+
+@dataclass
+class ArmConfig:
+    """One arm of the reproduction: the base config with another attention (and length cap)."""
+
+    attention: str = MISSING  # a model/attention group: none | bahdanau | luong
+    max_src_words: int = 0  # train.max_src_words of this arm (RNNsearch-30/-50); 0 = the base's
+    baseline: str = ""  # the arm it is compared with (paired test, ratio trend); "" = none
+
+
+@dataclass
+class ReproduceConfig:
+    """What `seq2seq-reproduce` trains, evaluates and compares; profiles set the arms."""
+
+    profile: str = "custom"  # name shown in the report; configs/profile/*.yaml set it
+    out_dir: str = "runs/reproduce_${reproduce.profile}"  # arms/, evaluations, report.md, results.json
+    arms: dict[str, ArmConfig] = field(default_factory=dict)  # name -> arm, in training order
+    splits: list[str] = field(default_factory=lambda: ["test", "test_long"])
+    build_corpus: bool = True  # build data/<name>/ first when it is missing
+    apertium: bool = True  # the rule-based reference row; skipped with a note when not installed
+    apertium_pair: str = "spa-eng"
+    plot_split: str = "test"  # the split drawn in bleu_vs_length.png
+
+
+@dataclass
+class ReproduceAppConfig(Config):
+    """Primary schema of `seq2seq-reproduce`: the training config every arm starts from."""
+
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    reproduce: ReproduceConfig = field(default_factory=ReproduceConfig)
+
+
 def register_configs() -> None:
     """Register the schemas so YAML files are validated against them."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
+    cs.store(name="evaluate_schema", node=EvaluateConfig)
+    cs.store(name="reproduce_schema", node=ReproduceAppConfig)
+    cs.store(name="translate_schema", node=TranslateConfig)
 
 
 def _check(cond: bool, message: str) -> None:
@@ -152,3 +236,54 @@ def validate(cfg: Any) -> None:
            f"train.device={t.device!r}: use auto, cpu or cuda")
     _check(d.max_len_ratio >= 1.0, f"data.max_len_ratio={d.max_len_ratio} must be >= 1")
     _check(0 < d.min_words <= d.max_words, "data.min_words must be positive and <= data.max_words")
+
+
+def validate_eval(ev: Any) -> None:
+    """Range checks of the decoding and scoring settings (EvalConfig)."""
+    _check(ev.beam >= 1, f"beam={ev.beam} must be >= 1 (1 = greedy search)")
+    _check(ev.alpha >= 0, f"alpha={ev.alpha} must be >= 0 (0 = no length penalty)")
+    _check(ev.max_len_ratio > 0, f"max_len_ratio={ev.max_len_ratio} must be positive")
+    _check(ev.max_len_extra >= 0, f"max_len_extra={ev.max_len_extra} must be >= 0")
+    _check(ev.batch_tokens > 0, f"batch_tokens={ev.batch_tokens} must be positive")
+    _check(ev.n_boot >= 1, f"n_boot={ev.n_boot} must be >= 1 (1000 is the default)")
+    _check(ev.device in ("auto", "cpu", "cuda") or ev.device.startswith("cuda:"),
+           f"device={ev.device!r}: use auto, cpu or cuda")
+
+
+def validate_evaluate(cfg: Any) -> None:
+    """`seq2seq-evaluate`: exactly one of run= / runs=, and valid decoding settings."""
+    validate_eval(cfg)
+    _check((cfg.run is None) != (len(cfg.runs) == 0),
+           "pass one run folder as run=<folder>, or several as runs=[<folder>,<folder>]")
+    _check(not cfg.names or len(cfg.names) == max(len(cfg.runs), 1),
+           f"names={list(cfg.names)} must give one name per run")
+
+
+def validate_reproduce(cfg: Any) -> None:
+    """`seq2seq-reproduce`: the base training config, the eval settings and the arms."""
+    validate(cfg)
+    validate_eval(cfg.eval)
+    arms = cfg.reproduce.arms
+    _check(len(arms) > 0, "reproduce.arms is empty: choose a profile (profile=quick) or add arms")
+    for name, arm in arms.items():
+        _check(arm.max_src_words >= 0, f"reproduce.arms.{name}.max_src_words must be >= 0")
+        _check(not arm.baseline or arm.baseline in arms,
+               f"reproduce.arms.{name}.baseline={arm.baseline!r} is not an arm; "
+               f"use one of {list(arms)} or ''")
+    _check(len(cfg.reproduce.splits) > 0, "reproduce.splits is empty: evaluate on at least test")
+
+
+def validate_translate(cfg: Any) -> None:
+    """`seq2seq-translate`: a run to load and valid decoding settings (TranslateConfig)."""
+    _check(bool(cfg.run), "no model given: pass run=<run folder or checkpoint>, e.g. "
+           "seq2seq-translate run=runs/short_bahdanau")
+    _check(cfg.beam >= 1, f"beam={cfg.beam} must be >= 1 (1 = greedy search)")
+    _check(1 <= cfg.nbest <= cfg.beam, f"nbest={cfg.nbest} must be between 1 and beam={cfg.beam}")
+    _check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
+    _check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
+    _check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
+    _check(cfg.max_src_tokens >= 0,
+           f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
+    _check(cfg.threads >= 0, f"threads={cfg.threads} must be >= 0 (0 = torch's default)")
+    _check(cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:"),
+           f"device={cfg.device!r}: use auto, cpu or cuda")

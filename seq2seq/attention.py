@@ -1,0 +1,269 @@
+"""The three attentions behind one interface; the only module that knows their names.
+
+Every attention has ``init(h, mask) -> AttentionMemory`` (run once per batch: it
+projects the keys) and ``forward(query, memory) -> (context, weights)``. A query is
+either one step ``(batch, query_size)`` or all steps at once ``(batch, T, query_size)``;
+the context and weights follow: ``(batch, [T,] context_size)`` and
+``(batch, [T,] src_len)``. Masked source positions get exactly zero weight.
+
+The decoder never tests a name. It reads three flags that say what an attention needs:
+
+- ``query_before_rnn``: the query is the previous state s_{t-1} and the context is
+  part of the RNN input (Bahdanau, none); otherwise the query is the new state h_t
+  (Luong).
+- ``query_free``: the context ignores the query (none), so it is known for all steps
+  before the RNN runs.
+- ``feeds_input``: the previous attentional vector is part of the RNN input (Luong's
+  input feeding).
+- ``output_reads_embedding``: the output layer also reads E y_{t-1} (deep output).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.errors import ConfigError
+
+
+@dataclass
+class AttentionMemory:
+    """What an attention precomputes from the encoder once per batch.
+
+    values: (batch, src_len, enc_size) the encoder states the context averages.
+    mask_bias: (batch, src_len) 0 at real tokens, -inf at padding (added to scores).
+    keys: (batch, src_len, key_size) projected keys, or None.
+    context: (batch, context_size) a fixed context (``none``), or None.
+    """
+
+    values: Tensor
+    mask_bias: Tensor
+    keys: Tensor | None = None
+    context: Tensor | None = None
+
+    def index_select(self, index: Tensor) -> AttentionMemory:
+        """Rows ``index`` (new_batch,) of every field: beam search reorders with this."""
+        return AttentionMemory(
+            values=self.values.index_select(0, index),
+            mask_bias=self.mask_bias.index_select(0, index),
+            keys=None if self.keys is None else self.keys.index_select(0, index),
+            context=None if self.context is None else self.context.index_select(0, index),
+        )
+
+
+def _mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """(batch, src_len) bool, True = real token -> additive bias 0 / -inf.
+
+    Built once per batch so no step allocates a mask; exp(-inf) = 0 exactly.
+    """
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return bias.masked_fill(~mask, float("-inf"))
+
+
+def _attend(scores: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+    """Masked softmax over source positions, then the weighted average of the values.
+
+    scores: (B, S) or (B, T, S) -> context (B, [T,] enc_size), weights like scores.
+    """
+    if scores.dim() == 2:
+        weights = torch.softmax(scores + memory.mask_bias, dim=-1)
+        context = torch.bmm(weights.unsqueeze(1), memory.values).squeeze(1)
+    else:
+        weights = torch.softmax(scores + memory.mask_bias.unsqueeze(1), dim=-1)
+        context = torch.bmm(weights, memory.values)
+    return context, weights
+
+
+class AdditiveScorer(nn.Module):
+    """e_j = vᵀ tanh(W q + U h_j); U h_j is the precomputed key (batch, S, attn_size)."""
+
+    def __init__(self, query_size: int, key_size: int, attn_size: int) -> None:
+        super().__init__()
+        self.query_proj = nn.Linear(query_size, attn_size, bias=False)
+        self.key_proj = nn.Linear(key_size, attn_size)
+        self.v = nn.Linear(attn_size, 1, bias=False)
+
+    def keys(self, h: Tensor) -> Tensor:
+        """(B, S, key_size) -> (B, S, attn_size)."""
+        return self.key_proj(h)
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        """query (B, Q) or (B, T, Q), keys (B, S, A) -> scores (B, [T,] S)."""
+        q = self.query_proj(query)
+        if query.dim() == 2:
+            return self.v(torch.tanh(keys + q.unsqueeze(1))).squeeze(-1)
+        return self.v(torch.tanh(keys.unsqueeze(1) + q.unsqueeze(2))).squeeze(-1)
+
+
+class BilinearScorer(nn.Module):
+    """e_j = qᵀ K_j with K_j = W h_j (``general``) or h_j (``dot``), optionally / sqrt(d).
+
+    ``dot`` needs equal sizes; when the bidirectional encoder (2H) and the decoder (H)
+    differ, h_j is projected to the decoder size first, as GUIDE §2 says for concat.
+    """
+
+    def __init__(self, query_size: int, key_size: int, project: bool, scale: bool) -> None:
+        super().__init__()
+        project = project or key_size != query_size
+        self.key_proj = nn.Linear(key_size, query_size, bias=False) if project else None
+        self.scale = 1.0 / math.sqrt(query_size) if scale else 1.0
+
+    def keys(self, h: Tensor) -> Tensor:
+        """(B, S, key_size) -> (B, S, query_size)."""
+        return h if self.key_proj is None else self.key_proj(h)
+
+    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+        """query (B, Q) or (B, T, Q), keys (B, S, Q) -> scores (B, [T,] S)."""
+        q = query * self.scale if self.scale != 1.0 else query
+        if query.dim() == 2:
+            return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+        return torch.bmm(q, keys.transpose(1, 2))
+
+
+class Attention(nn.Module):
+    """Base class: the flags the decoder reads, and the sizes it builds layers with."""
+
+    query_before_rnn: bool = True
+    query_free: bool = False
+    feeds_input: bool = False
+    output_reads_embedding: bool = True
+
+    def __init__(self, enc_size: int, dec_size: int) -> None:
+        super().__init__()
+        self.enc_size = enc_size
+        self.dec_size = dec_size
+        self.context_size = enc_size
+
+    def init(self, h: Tensor, mask: Tensor) -> AttentionMemory:
+        """h (B, S, enc_size), mask (B, S) bool True = real token -> memory."""
+        raise NotImplementedError
+
+    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        """query (B, [T,] dec_size) -> context (B, [T,] enc_size), weights (B, [T,] S)."""
+        raise NotImplementedError
+
+
+class NoAttention(Attention):
+    """RNNencdec (Cho et al. 2014): c = tanh(W_c [fwd h_S ; bwd h_1]) for every step.
+
+    The query is ignored (only its shape says whether one or T steps are asked
+    for); the weights are all zero, so plots show the model looks nowhere.
+    """
+
+    query_free = True
+
+    def __init__(self, enc_size: int, dec_size: int, bidirectional: bool = True) -> None:
+        super().__init__(enc_size, dec_size)
+        self.bidirectional = bidirectional
+        self.proj = nn.Linear(enc_size, enc_size)
+
+    def init(self, h: Tensor, mask: Tensor) -> AttentionMemory:
+        last = mask.sum(dim=1) - 1  # (B,) index of each sentence's last real token
+        rows = torch.arange(h.size(0), device=h.device)
+        if self.bidirectional:
+            half = self.enc_size // 2
+            # the forward RNN has read the whole sentence at its last token, the backward at 0
+            summary = torch.cat([h[rows, last, :half], h[:, 0, half:]], dim=-1)
+        else:
+            summary = h[rows, last]
+        context = torch.tanh(self.proj(summary))  # (B, enc_size)
+        return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype), context=context)
+
+    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        context = memory.context
+        assert context is not None, "NoAttention.forward needs the memory from NoAttention.init"
+        zeros = memory.mask_bias.new_zeros(memory.mask_bias.shape)
+        if query.dim() == 2:
+            return context, zeros
+        steps = query.size(1)
+        return (context.unsqueeze(1).expand(-1, steps, -1),
+                zeros.unsqueeze(1).expand(-1, steps, -1))
+
+
+class BahdanauAttention(Attention):
+    """Additive attention, query = previous decoder state s_{t-1} (Bahdanau et al. 2015)."""
+
+    def __init__(self, enc_size: int, dec_size: int, attn_size: int) -> None:
+        super().__init__(enc_size, dec_size)
+        self.scorer = AdditiveScorer(dec_size, enc_size, attn_size)
+
+    def init(self, h: Tensor, mask: Tensor) -> AttentionMemory:
+        return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
+                               keys=self.scorer.keys(h))
+
+    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        return _attend(self.scorer(query, memory.keys), memory)
+
+
+class LuongAttention(Attention):
+    """Global attention, query = current state h_t (Luong et al. 2015).
+
+    The decoder forms h~_t = tanh(W_c [c_t; h_t]) and, with input feeding, feeds it
+    to the next step.
+    """
+
+    query_before_rnn = False
+    output_reads_embedding = False
+
+    def __init__(self, enc_size: int, dec_size: int, score: str, attn_size: int,
+                 input_feeding: bool = True) -> None:
+        super().__init__(enc_size, dec_size)
+        self.score = score
+        self.feeds_input = input_feeding
+        if score == "concat":
+            self.scorer: nn.Module = AdditiveScorer(dec_size, enc_size, attn_size)
+        else:
+            self.scorer = BilinearScorer(dec_size, enc_size, project=score == "general",
+                                         scale=score == "scaled_dot")
+
+    def init(self, h: Tensor, mask: Tensor) -> AttentionMemory:
+        return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
+                               keys=self.scorer.keys(h))
+
+    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        return _attend(self.scorer(query, memory.keys), memory)
+
+
+def _build_none(att_cfg, enc_size: int, dec_size: int, bidirectional: bool) -> Attention:
+    return NoAttention(enc_size, dec_size, bidirectional=bidirectional)
+
+
+def _build_bahdanau(att_cfg, enc_size: int, dec_size: int, bidirectional: bool) -> Attention:
+    return BahdanauAttention(enc_size, dec_size, att_cfg.attn_size or dec_size)
+
+
+def _build_luong(att_cfg, enc_size: int, dec_size: int, bidirectional: bool) -> Attention:
+    if att_cfg.score not in LUONG_SCORES:
+        raise ConfigError(f"model.attention.score={att_cfg.score!r} is not a Luong score: "
+                          f"use one of {', '.join(LUONG_SCORES)}")
+    return LuongAttention(enc_size, dec_size, att_cfg.score, att_cfg.attn_size or dec_size,
+                          input_feeding=bool(att_cfg.input_feeding))
+
+
+LUONG_SCORES = ("dot", "general", "concat", "scaled_dot")
+# The registry: model/attention=<name> picks the builder; add an attention here.
+ATTENTIONS: dict[str, Callable[[Any, int, int, bool], Attention]] = {
+    "none": _build_none,
+    "bahdanau": _build_bahdanau,
+    "luong": _build_luong,
+}
+
+
+def build_attention(att_cfg: Any, enc_size: int, dec_size: int,
+                    bidirectional: bool = True) -> Attention:
+    """Build the attention named by ``att_cfg.name`` (an AttentionConfig or DictConfig).
+
+    enc_size: size of one encoder state (2H when bidirectional); dec_size: decoder
+    hidden size. Raises ConfigError naming the valid choices for an unknown name or
+    Luong score.
+    """
+    builder = ATTENTIONS.get(att_cfg.name)
+    if builder is None:
+        raise ConfigError(f"model.attention.name={att_cfg.name!r} is unknown: use one of "
+                          f"{', '.join(ATTENTIONS)} (e.g. model/attention=bahdanau)")
+    return builder(att_cfg, enc_size, dec_size, bidirectional)

@@ -1,0 +1,219 @@
+"""Checkpoints: atomic writes, loading with clear errors, RNG state, and ``load_model``.
+
+A checkpoint is one ``torch.save`` dict (see :func:`make_checkpoint`). It holds
+only tensors and plain Python values, so it loads with ``weights_only=True``
+(no arbitrary code runs when a checkpoint is opened).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.errors import CheckpointError
+
+FORMAT_VERSION = 1
+BEST, LAST = "best.pt", "last.pt"
+TOKENIZER_DIR = "tokenizer"  # inside a run folder: the SentencePiece models the run used
+_REQUIRED = ("format", "model", "config", "vocab", "progress")
+
+
+def atomic_save(obj: Any, path: str | Path) -> None:
+    """``torch.save`` to a temp file in the same folder, fsync it, then ``os.replace``.
+
+    Readers see either the old file or the complete new one, never half of it,
+    even if the process dies or the disk fills during the write.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    # the rename itself is durable only once the folder entry is on disk
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy (global), torch CPU and CUDA generator states."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        # the array as a tensor: weights_only loading refuses NumPy objects
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    random.setstate(state["python"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def make_checkpoint(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    scheduler: Any,
+    progress: dict[str, Any],
+    cfg: DictConfig,
+    vocab: dict[str, int],
+) -> dict[str, Any]:
+    """Everything needed to resume training exactly, or to rebuild the model for decoding."""
+    return {
+        "format": FORMAT_VERSION,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "rng": capture_rng_state(),
+        "progress": dict(progress),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "vocab": dict(vocab),
+    }
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint written by this package; CheckpointError if missing or corrupt."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint {path} not found: train a model first with `seq2seq-train run_dir=...` "
+            "or pass a run folder that holds best.pt or last.pt"
+        )
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged file
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or truncated ({type(err).__name__}): "
+            f"delete it and resume from the other checkpoint in {path.parent}, or retrain"
+        ) from err
+    missing = [k for k in _REQUIRED if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise CheckpointError(
+            f"{path} is not a seq2seq checkpoint (missing {', '.join(missing)}): "
+            "pass a best.pt/last.pt written by seq2seq-train"
+        )
+    if ckpt["format"] != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has checkpoint format {ckpt['format']}, this version reads "
+            f"{FORMAT_VERSION}: retrain, or use the seq2seq version that wrote it"
+        )
+    return ckpt
+
+
+def find_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
+    """A checkpoint file given itself or its run folder (``best.pt``, else ``last.pt``)."""
+    path = Path(run_dir_or_ckpt)
+    if path.is_dir():
+        for name in (BEST, LAST):
+            if (path / name).is_file():
+                return path / name
+        raise CheckpointError(
+            f"run folder {path} holds no {BEST} or {LAST}: train into it with "
+            f"`seq2seq-train run_dir={path}` or point at another run folder"
+        )
+    if not path.exists():
+        raise CheckpointError(
+            f"{path} does not exist: pass a run folder written by seq2seq-train or a .pt file in it"
+        )
+    return path
+
+
+def resume_checkpoint(run_dir: str | Path, resume: bool) -> Path | None:
+    """The checkpoint a run resumes from, or None for a fresh run; refuses to overwrite a run."""
+    last = Path(run_dir) / LAST
+    if resume:
+        if not last.is_file():
+            raise CheckpointError(
+                f"train.resume=true but {last} does not exist: pass run_dir=<the folder of the "
+                "run to resume> (it holds last.pt), or drop train.resume to start afresh")
+        return last
+    if last.exists():
+        raise CheckpointError(
+            f"run_dir {run_dir} already holds a run (last.pt): pass train.resume=true to "
+            "continue it, or choose another run_dir")
+    return None
+
+
+def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> None:
+    """A resumed run must keep the checkpoint's model, data and tokenizer settings.
+
+    ``saved`` is the checkpoint's ``config``; train settings may change (e.g. a
+    larger ``max_steps``), the rest would not fit the saved weights or data.
+    """
+    now = OmegaConf.to_container(cfg, resolve=True)
+    for section in ("model", "data", "tokenizer"):
+        if saved.get(section) != now[section]:
+            diff = [k for k in now[section] if saved.get(section, {}).get(k) != now[section][k]]
+            raise CheckpointError(
+                f"cannot resume: {section}.{', '.join(diff) or '*'} differ from the checkpoint's "
+                "config; resume with the same settings (see config.yaml in the run folder)")
+
+
+def config_from_checkpoint(ckpt: dict[str, Any]) -> DictConfig:
+    """The run's resolved config, typed by the current schema where it still fits."""
+    from seq2seq.config import Config
+
+    saved = OmegaConf.create(ckpt["config"])
+    try:
+        return OmegaConf.merge(OmegaConf.structured(Config), saved)
+    except Exception:  # a key the schema no longer knows: keep the config as it was saved
+        return saved
+
+
+def load_model(
+    run_dir_or_ckpt: str | Path, device: str | torch.device = "cpu"
+) -> tuple[torch.nn.Module, Any, DictConfig]:
+    """Rebuild a trained model for decoding: ``(model in eval mode, Tokenizers, cfg)``.
+
+    ``run_dir_or_ckpt`` is a run folder (``best.pt`` preferred over ``last.pt``)
+    or a checkpoint file inside one; the tokenizers come from the run folder's
+    ``tokenizer/`` copy, so the run folder is all that is needed.
+    """
+    from seq2seq.model import build_model
+    from seq2seq.tokenizer import Tokenizers
+
+    path = find_checkpoint(run_dir_or_ckpt)
+    ckpt = load_checkpoint(path, map_location=device)
+    cfg = config_from_checkpoint(ckpt)
+    tok_dir = path.parent / TOKENIZER_DIR
+    if not tok_dir.is_dir():
+        raise CheckpointError(
+            f"{tok_dir} is missing: the run folder of {path.name} must keep the tokenizer/ "
+            "folder seq2seq-train wrote next to it"
+        )
+    tokenizers = Tokenizers.load(tok_dir)
+    model = build_model(cfg.model, ckpt["vocab"]["src"], ckpt["vocab"]["tgt"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise CheckpointError(
+            f"{path} does not match the model its config describes ({str(err).splitlines()[0]}): "
+            "the checkpoint was written by an incompatible version; retrain"
+        ) from err
+    model.to(device).eval()
+    return model, tokenizers, cfg

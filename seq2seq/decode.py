@@ -1,0 +1,163 @@
+"""Decode a list of source sentences with a trained model: batched, length-sorted, in order.
+
+Sentences are tokenized, sorted by source length so a batch holds similar lengths
+(little padding, and beam search retires sentences together), cut into batches of
+about ``batch_tokens`` padded source tokens, decoded with greedy or beam search,
+and put back in their original order. Each sentence also gets the mean entropy of
+its attention rows (a diagnostic of how peaked the attention is) and its output
+length in target tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from seq2seq.constants import PAD_ID
+from seq2seq.errors import ConfigError
+from seq2seq.search import Hypothesis, beam_search, greedy
+
+
+class _SrcTokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
+class _TgtTokenizer(Protocol):
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class _Tokenizers(Protocol):
+    src: _SrcTokenizer
+    tgt: _TgtTokenizer
+
+
+@dataclass
+class Decoded:
+    """The decoding of a split, in the order of its sources.
+
+    hypotheses: detokenized best hypothesis per sentence ("" for an empty source).
+    entropies: mean attention entropy per sentence in nats; NaN where the weights are
+        not a distribution (``none`` attention returns zeros) or the output is empty.
+    lengths: output length per sentence in target tokens (EOS excluded).
+    seconds: wall time of the decoding, tokenization included.
+    """
+
+    hypotheses: list[str]
+    entropies: list[float]
+    lengths: list[int]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: NaN entropies become None."""
+        ents = [None if math.isnan(e) else e for e in self.entropies]
+        return {"hypotheses": self.hypotheses, "entropies": ents,
+                "lengths": self.lengths, "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decoded:
+        ents = [math.nan if e is None else float(e) for e in data["entropies"]]
+        return cls(list(data["hypotheses"]), ents, [int(n) for n in data["lengths"]],
+                   float(data["seconds"]))
+
+
+def attention_entropy(weights: Tensor) -> float:
+    """Mean over output steps of -sum_j a_j log a_j; weights (T_out, src_len).
+
+    NaN where there is nothing to average or the rows do not sum to 1 (``none``).
+    """
+    if weights.numel() == 0:
+        return math.nan
+    w = weights.double()
+    if not torch.allclose(w.sum(dim=-1), torch.ones(w.size(0), dtype=w.dtype), atol=1e-3):
+        return math.nan
+    ent = -(w * torch.log(w.clamp_min(1e-30))).sum(dim=-1)  # 0 log 0 = 0 via the clamp
+    return float(ent.mean())
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_tokens: int) -> list[np.ndarray]:
+    """Indices of non-empty sources cut into batches, longest sources first.
+
+    A batch holds at most ``batch_tokens`` padded source tokens (rows x longest row),
+    or a single sentence longer than that. Empty sources (length 0) are left out.
+    """
+    if batch_tokens < 1:
+        raise ConfigError(f"batch_tokens={batch_tokens} must be positive")
+    lens = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lens, kind="stable")
+    order = order[lens[order] > 0]
+    batches, start = [], 0
+    for pos in range(1, len(order) + 1):
+        # rows sorted longest first, so the first row sets the padded width
+        if pos == len(order) or (pos + 1 - start) * lens[order[start]] > batch_tokens:
+            batches.append(order[start:pos])
+            start = pos
+    return batches
+
+
+def _pad(seqs: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """(B, S) long padded with PAD_ID and (B,) lengths."""
+    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    src = torch.full((len(seqs), int(lens.max())), PAD_ID, dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        src[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return src.to(device), lens.to(device)
+
+
+def _search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, alpha: float,
+            max_len_ratio: float, max_len_extra: int) -> list[Hypothesis]:
+    if beam == 1:
+        return greedy(model, src, src_lens, max_len_ratio, max_len_extra, alpha)
+    return [hyps[0] for hyps in beam_search(model, src, src_lens, beam, alpha, max_len_ratio,
+                                            max_len_extra, nbest=1)]
+
+
+def decode(
+    model: nn.Module,
+    tokenizers: _Tokenizers,
+    sources: Sequence[str],
+    beam: int = 5,
+    alpha: float = 0.6,
+    max_len_ratio: float = 2.0,
+    max_len_extra: int = 10,
+    batch_tokens: int = 2000,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> Decoded:
+    """Translate ``sources`` with ``model``; results come back in the order of ``sources``.
+
+    ``beam=1`` is greedy search; otherwise batched beam search with GNMT length penalty
+    ``alpha``. An output holds at most ``int(max_len_ratio * src_tokens) + max_len_extra``
+    tokens. ``batch_tokens`` bounds the padded source tokens per batch (before beam
+    expansion). A sentence's output does not depend on its batch (search guarantees it).
+    """
+    if beam < 1:
+        raise ConfigError(f"beam={beam} must be >= 1 (1 = greedy)")
+    if max_len_ratio <= 0 or max_len_extra < 0:
+        raise ConfigError(f"max_len_ratio={max_len_ratio} must be > 0 and "
+                          f"max_len_extra={max_len_extra} >= 0")
+    start = time.perf_counter()
+    device = torch.device(device)
+    encoded = [tokenizers.src.encode(s) for s in sources]
+    hyps = [""] * len(sources)
+    ents = [math.nan] * len(sources)
+    lens = [0] * len(sources)
+    batches = length_sorted_batches([len(e) for e in encoded], batch_tokens)
+    with tqdm(total=sum(len(b) for b in batches), unit="sent", desc=f"decode beam={beam}",
+              disable=not progress, leave=False) as bar:
+        for idx in batches:
+            src, src_lens = _pad([encoded[i] for i in idx], device)
+            out = _search(model, src, src_lens, beam, alpha, max_len_ratio, max_len_extra)
+            for i, hyp in zip(idx.tolist(), out, strict=True):
+                hyps[i] = tokenizers.tgt.decode(hyp.tokens)
+                ents[i] = attention_entropy(hyp.attention)
+                lens[i] = len(hyp.tokens)
+            bar.update(len(idx))
+    return Decoded(hyps, ents, lens, time.perf_counter() - start)

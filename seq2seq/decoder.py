@@ -1,0 +1,279 @@
+"""One decoder for every attention: a per-token ``step()`` and a teacher-forced forward.
+
+What differs between attentions is read from the attention's flags (see
+seq2seq/attention.py), never from its name. One step, with emb = E y_{t-1}:
+
+    query_before_rnn:  c_t = att(s_{t-1});  s_t = RNN(s_{t-1}, [emb; c_t (; feed)])
+    otherwise:         s_t = RNN(s_{t-1}, [emb (; feed)]);  c_t = att(s_t)
+    readout            t_t = tanh(W_o [s_t; c_t (; emb)])   (maxout instead of tanh optional)
+    logits             W_s t_t + b                          (W_s may be tied to E)
+
+feed = t_{t-1} when the attention ``feeds_input`` (Luong's h~_{t-1}). The readout
+reads emb when the attention asks for a deep output (Bahdanau, none) and the model
+config allows it.
+
+Speed: the teacher-forced forward runs the readout and the logits once over all
+steps after the loop; when the RNN input does not depend on the RNN output (no
+input feeding, and a query-free attention or a query taken after the RNN) the RNN
+runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.attention import Attention, AttentionMemory
+from seq2seq.constants import PAD_ID
+from seq2seq.encoder import rnn_class
+
+
+@dataclass
+class DecoderState:
+    """The recurrent state between steps.
+
+    hidden: one (B, H) tensor per layer (top layer last); cell: the same for an LSTM,
+    else None; feed: (B, H) previous attentional vector for input feeding, else None.
+    """
+
+    hidden: tuple[Tensor, ...]
+    cell: tuple[Tensor, ...] | None = None
+    feed: Tensor | None = None
+
+    def index_select(self, index: Tensor) -> DecoderState:
+        """Rows ``index`` (new_batch,) of every tensor: beam search reorders with this."""
+        def pick(ts: tuple[Tensor, ...] | None) -> tuple[Tensor, ...] | None:
+            return None if ts is None else tuple(t.index_select(0, index) for t in ts)
+
+        return DecoderState(hidden=pick(self.hidden), cell=pick(self.cell),
+                            feed=None if self.feed is None else self.feed.index_select(0, index))
+
+
+class StackedRNN(nn.Module):
+    """A unidirectional multi-layer GRU/LSTM usable one step at a time or fused.
+
+    The parameters belong to one nn.GRU/nn.LSTM; ``step`` applies the same weights
+    with torch's cell kernels (what nn.GRUCell/nn.LSTMCell call), so the fused and
+    per-step paths compute the same function.
+    """
+
+    def __init__(self, rnn_type: str, input_size: int, hidden_size: int, layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.rnn = rnn_class(rnn_type)(input_size, hidden_size, num_layers=layers,
+                                       batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.is_lstm = rnn_type == "lstm"
+        self.layers = layers
+        self.dropout = dropout if layers > 1 else 0.0
+        self._cell = torch.lstm_cell if self.is_lstm else torch.gru_cell
+
+    def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        r = self.rnn
+        return (getattr(r, f"weight_ih_l{layer}"), getattr(r, f"weight_hh_l{layer}"),
+                getattr(r, f"bias_ih_l{layer}"), getattr(r, f"bias_hh_l{layer}"))
+
+    def step(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
+             ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...] | None]:
+        """x (B, input_size), per-layer (B, H) states -> the next per-layer states."""
+        new_h, new_c = [], []
+        for layer in range(self.layers):
+            if layer > 0 and self.dropout:
+                x = F.dropout(x, self.dropout, self.training)
+            if self.is_lstm:
+                h, c = self._cell(x, (hidden[layer], cell[layer]), *self._weights(layer))
+                new_c.append(c)
+            else:
+                h = self._cell(x, hidden[layer], *self._weights(layer))
+            new_h.append(h)
+            x = h
+        return tuple(new_h), (tuple(new_c) if self.is_lstm else None)
+
+    def fused(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
+              ) -> Tensor:
+        """x (B, T, input_size) -> top-layer outputs (B, T, H) in one RNN call."""
+        h0 = torch.stack(hidden)  # (layers, B, H)
+        if self.is_lstm:
+            out, _ = self.rnn(x, (h0, torch.stack(cell)))
+        else:
+            out, _ = self.rnn(x, h0)
+        return out
+
+
+class Readout(nn.Module):
+    """t = tanh(W [s; c (; emb)]) or maxout over pairs of units (Goodfellow et al. 2013)."""
+
+    def __init__(self, in_size: int, out_size: int, maxout: bool) -> None:
+        super().__init__()
+        self.maxout = maxout
+        self.proj = nn.Linear(in_size, out_size * (2 if maxout else 1))
+
+    def forward(self, parts: list[Tensor]) -> Tensor:
+        """parts: tensors (..., d_i) -> (..., out_size)."""
+        z = self.proj(torch.cat(parts, dim=-1))
+        if self.maxout:
+            return z.unflatten(-1, (-1, 2)).amax(dim=-1)
+        return torch.tanh(z)
+
+
+class Decoder(nn.Module):
+    """Target embeddings, bridge, stacked RNN, attention, readout and output layer."""
+
+    def __init__(self, vocab_size: int, emb_size: int, hidden_size: int, attention: Attention,
+                 enc_final_size: int, layers: int = 1, rnn_type: str = "gru",
+                 dropout: float = 0.0, deep_output: bool = True, maxout: bool = False,
+                 tie_embeddings: bool = False) -> None:
+        super().__init__()
+        self.attention = attention
+        self.hidden_size = hidden_size
+        self.layers = layers
+        self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD_ID)
+        self.dropout = nn.Dropout(dropout)
+        att = attention
+        rnn_in = emb_size + (att.context_size if att.query_before_rnn else 0)
+        rnn_in += hidden_size if att.feeds_input else 0
+        self.rnn = StackedRNN(rnn_type, rnn_in, hidden_size, layers, dropout)
+        # learned bridge: encoder final states -> initial state of every decoder layer
+        self.bridge = nn.Linear(enc_final_size, layers * hidden_size)
+        self.bridge_cell = (nn.Linear(enc_final_size, layers * hidden_size)
+                            if rnn_type == "lstm" else None)
+        self.reads_embedding = att.output_reads_embedding and deep_output
+        readout_in = hidden_size + att.context_size + (emb_size if self.reads_embedding else 0)
+        self.readout = Readout(readout_in, hidden_size, maxout)
+        self.tie_embeddings = tie_embeddings
+        if tie_embeddings:
+            # the output matrix is E itself, so project t to the embedding size if needed
+            self.tie_proj = (nn.Linear(hidden_size, emb_size, bias=False)
+                             if hidden_size != emb_size else None)
+            self.out_bias = nn.Parameter(torch.zeros(vocab_size))
+        else:
+            self.output = nn.Linear(hidden_size, vocab_size)
+
+    @property
+    def can_fuse(self) -> bool:
+        """True when the RNN inputs of all steps are known before the RNN runs."""
+        att = self.attention
+        return not att.feeds_input and (att.query_free or not att.query_before_rnn)
+
+    def init_state(self, final: Tensor) -> DecoderState:
+        """Encoder final states (B, F) -> the initial DecoderState.
+
+        An LSTM's initial cell comes from the same final states through its own
+        linear map (the encoder exposes hidden states only).
+        """
+        def split(x: Tensor) -> tuple[Tensor, ...]:
+            return tuple(x.view(x.size(0), self.layers, self.hidden_size).unbind(1))
+
+        hidden = split(torch.tanh(self.bridge(final)))
+        cell = None
+        if self.bridge_cell is not None:
+            cell = split(self.bridge_cell(final))
+        feed = final.new_zeros(final.size(0), self.hidden_size) if self.attention.feeds_input else None
+        return DecoderState(hidden, cell, feed)
+
+    def logits(self, t: Tensor) -> Tensor:
+        """Readout vectors (..., H) -> logits (..., V)."""
+        t = self.dropout(t)
+        if not self.tie_embeddings:
+            return self.output(t)
+        if self.tie_proj is not None:
+            t = self.tie_proj(t)
+        return F.linear(t, self.embedding.weight, self.out_bias)
+
+    def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
+                 ) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
+        """One step without the output layer: emb (B, E) -> s_t (B, H), c_t (B, C),
+        weights (B, S) and the new state (whose feed is t_t when input feeding)."""
+        att = self.attention
+        parts = [emb]
+        if att.query_before_rnn:
+            context, weights = att(state.hidden[-1], memory)
+            parts.append(context)
+        if att.feeds_input:
+            parts.append(state.feed)
+        hidden, cell = self.rnn.step(torch.cat(parts, dim=-1), state.hidden, state.cell)
+        s = hidden[-1]
+        if not att.query_before_rnn:
+            context, weights = att(s, memory)
+        feed = self._readout(s, emb, context) if att.feeds_input else None
+        return s, context, weights, DecoderState(hidden, cell, feed)
+
+    def _readout(self, s: Tensor, emb: Tensor, context: Tensor) -> Tensor:
+        parts = [s, context, emb] if self.reads_embedding else [s, context]
+        return self.readout(parts)
+
+    def step(self, y_prev: Tensor, state: DecoderState, memory: AttentionMemory
+             ) -> tuple[Tensor, DecoderState, Tensor]:
+        """y_prev (B,) long -> logits (B, V), new state, attention weights (B, S)."""
+        emb = self.dropout(self.embedding(y_prev))
+        s, context, weights, state = self._advance(emb, state, memory)
+        t = state.feed if state.feed is not None else self._readout(s, emb, context)
+        return self.logits(t), state, weights
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, memory: AttentionMemory,
+                teacher_forcing: float = 1.0, tgt_mask: Tensor | None = None
+                ) -> tuple[Tensor, Tensor]:
+        """tgt_in (B, T) = BOS + target -> logits (B, T, V), weights (B, T, S).
+
+        teacher_forcing < 1: at each step each sentence feeds its own previous argmax
+        with probability 1 - teacher_forcing (scheduled sampling), through step().
+        tgt_mask (B, T) bool: return logits (N, V) for the N True positions only, so
+        the output layer (the largest matmul) skips padding.
+        """
+        if teacher_forcing < 1.0:
+            logits, weights = self._sampled(tgt_in, state, memory, teacher_forcing)
+            return (logits if tgt_mask is None else logits[tgt_mask]), weights
+        emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        if self.can_fuse:
+            t, weights = self._fused(emb, state, memory)
+        else:
+            t, weights = self._loop(emb, state, memory)
+        return self.logits(t if tgt_mask is None else t[tgt_mask]), weights
+
+    def _loop(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
+              ) -> tuple[Tensor, Tensor]:
+        """Step by step: emb (B, T, E) -> readout vectors (B, T, H), weights (B, T, S)."""
+        states, contexts, weights = [], [], []
+        # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
+        for emb_i in emb.unbind(1):
+            s, context, w, state = self._advance(emb_i, state, memory)
+            states.append(state.feed if state.feed is not None else s)
+            contexts.append(context)
+            weights.append(w)
+        if self.attention.feeds_input:  # the readout already ran inside the loop
+            t = torch.stack(states, dim=1)
+        else:  # the readout of all steps at once
+            t = self._readout(torch.stack(states, dim=1), emb, torch.stack(contexts, dim=1))
+        return t, torch.stack(weights, dim=1)
+
+    def _fused(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
+               ) -> tuple[Tensor, Tensor]:
+        """The whole target in one RNN call (only when ``can_fuse``): readout vectors
+        (B, T, H) and weights (B, T, S)."""
+        att = self.attention
+        if att.query_before_rnn:
+            # a query-free attention reads only the query's shape: (B, T, H) asks for T steps
+            placeholder = state.hidden[-1].unsqueeze(1).expand(-1, emb.size(1), -1)
+            context, weights = att(placeholder, memory)
+            out = self.rnn.fused(torch.cat([emb, context], dim=-1), state.hidden, state.cell)
+        else:
+            out = self.rnn.fused(emb, state.hidden, state.cell)  # (B, T, H)
+            context, weights = att(out, memory)  # all steps in one batched matmul
+        return self._readout(out, emb, context), weights
+
+    def _sampled(self, tgt_in: Tensor, state: DecoderState, memory: AttentionMemory,
+                 ratio: float) -> tuple[Tensor, Tensor]:
+        """Scheduled sampling (Bengio et al. 2015) through step()."""
+        logits, weights = [], []
+        y = tgt_in[:, 0]
+        for i in range(tgt_in.size(1)):
+            if i > 0:
+                own = logits[-1].detach().argmax(dim=-1)
+                keep = torch.rand(y.shape, device=y.device) < ratio
+                y = torch.where(keep, tgt_in[:, i], own)
+            step_logits, state, w = self.step(y, state, memory)
+            logits.append(step_logits)
+            weights.append(w)
+        return torch.stack(logits, dim=1), torch.stack(weights, dim=1)

@@ -1,0 +1,213 @@
+"""The reproduction's verdicts and ``report.md``, from the results dict of :mod:`seq2seq.reproduce`.
+
+``results`` holds ``arms`` (name -> training summary + ``parameters`` + ``spec``),
+``splits`` (split -> ``{"count", "scores": {system: score_buckets result},
+"comparisons": {baseline: paired_test result}, "trends": {baseline: {arm: trend}}}``),
+``apertium`` (its version or None), ``timings``, ``config`` and ``command``.
+Nothing here computes a score: every number comes from that dict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from seq2seq import report
+from seq2seq.evaluate import BUCKET_LABELS
+
+APERTIUM = "apertium"
+MIN_RELATIVE_GAIN = 0.30  # GUIDE §4 criterion 1
+ALPHA = 0.05  # significance level of criterion 2
+TEST, TEST_LONG = "test", "test_long"
+
+
+def _bleu(scope: Mapping[str, Any]) -> float | None:
+    return None if scope.get("BLEU") is None else scope["BLEU"]["score"]
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def _attention_arms(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(arm, its baseline) for every arm that is compared with a baseline."""
+    return [(name, arm["spec"]["baseline"]) for name, arm in results["arms"].items()
+            if arm["spec"].get("baseline")]
+
+
+# -------------------------------------------------------------------- criteria
+def _gain(results: Mapping[str, Any], arm: str, base: str) -> dict[str, Any]:
+    split = results["splits"][TEST]
+    a = _bleu(split["scores"][arm]["overall"])
+    b = _bleu(split["scores"][base]["overall"])
+    p = split["comparisons"][base]["systems"][arm]["overall"]["BLEU"]["p_value"]
+    rel = (a / b - 1.0) if b else (math.inf if a else math.nan)
+    verdict = "PASS" if rel >= MIN_RELATIVE_GAIN else "FAIL"
+    return {"id": 1, "system": arm, "verdict": verdict, "value": rel,
+            "detail": f"{arm} {_fmt(a)} vs {base} {_fmt(b)} BLEU: {rel:+.0%} relative "
+                      f"(needs >= +{MIN_RELATIVE_GAIN:.0%}); paired p = {p:.3f}"}
+
+
+def _trend(results: Mapping[str, Any], arm: str, base: str) -> dict[str, Any]:
+    trend = results["splits"][TEST]["trends"][base][arm]
+    if "error" in trend:
+        return {"id": 2, "system": arm, "verdict": "N/A", "value": None, "detail": trend["error"]}
+    rs, rl, p = trend["ratio_short"], trend["ratio_long"], trend["p_value"]
+    ok = math.isfinite(rs) and math.isfinite(rl) and rl > rs and p < ALPHA
+    return {"id": 2, "system": arm, "verdict": "PASS" if ok else "FAIL", "value": trend["diff"],
+            "detail": report.trend_summary(trend)}
+
+
+def _beats_apertium(results: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    scores = results["splits"][TEST]["scores"]
+    mine, theirs = scores[arm], scores[APERTIUM]
+    scopes = [("all", mine["overall"], theirs["overall"])] + [
+        (label, mine["buckets"][label], theirs["buckets"][label]) for label in BUCKET_LABELS
+        if mine["buckets"][label]["count"]]
+    lost = [f"{label} ({_fmt(_bleu(m))} vs {_fmt(_bleu(t))})" for label, m, t in scopes
+            if not (_bleu(m) or 0.0) > (_bleu(t) or 0.0)]
+    detail = (f"{arm} {_fmt(_bleu(mine['overall']))} vs Apertium "
+              f"{_fmt(_bleu(theirs['overall']))} BLEU overall; "
+              + ("above it in every non-empty bucket" if not lost
+                 else "not above it in: " + ", ".join(lost)))
+    return {"id": 4, "system": arm, "verdict": "FAIL" if lost else "PASS",
+            "value": len(lost), "detail": detail}
+
+
+def criteria(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The GUIDE §4 criteria, judged from the numbers: one row per criterion and arm.
+
+    1: attention >= +30% relative BLEU over its baseline on test; 2: the attention/none
+    BLEU ratio is higher on 41+ words than on 11-20, significantly (one-sided p < 0.05);
+    3: test_long BLEU and length ratio per system (a diagnostic, REPORTED); 4: the
+    attention arms beat Apertium overall and in every non-empty bucket of test.
+    """
+    rows: list[dict[str, Any]] = []
+    pairs = _attention_arms(results)
+    if TEST in results["splits"]:
+        rows += [_gain(results, arm, base) for arm, base in pairs]
+        rows += [_trend(results, arm, base) for arm, base in pairs]
+    if TEST_LONG in results["splits"]:
+        for name, scores in results["splits"][TEST_LONG]["scores"].items():
+            o = scores["overall"]
+            rows.append({"id": 3, "system": name, "verdict": "REPORTED", "value": _bleu(o),
+                         "detail": f"BLEU {_fmt(_bleu(o))}, output/reference length ratio "
+                                   f"{_fmt(o['length_ratio'], 3)} (n={o['count']})"})
+    if TEST in results["splits"]:
+        if APERTIUM in results["splits"][TEST]["scores"]:
+            rows += [_beats_apertium(results, arm) for arm, _ in pairs]
+        else:
+            rows.append({"id": 4, "system": "-", "verdict": "SKIPPED", "value": None,
+                         "detail": "Apertium is not installed (apt-get install apertium "
+                                   "apertium-eng-spa)"})
+    return sorted(rows, key=lambda r: r["id"])
+
+
+# ---------------------------------------------------------------------- report
+CRITERIA_TEXT = {
+    1: "attention beats none by >= 30% relative BLEU on test",
+    2: "attention/none BLEU ratio grows with source length (41+ vs 11-20, p < 0.05)",
+    3: "test_long (60-120 words, beyond the training cap): BLEU and length ratio",
+    4: "attention arms beat Apertium overall and in every bucket",
+}
+
+
+def _what_was_run(results: Mapping[str, Any]) -> list[str]:
+    c = results["config"]
+    m, t, d, ev = c["model"], c["train"], c["data"], c["eval"]
+    counts = ", ".join(f"{s} n={r['count']}" for s, r in results["splits"].items())
+    budget = [f"{t['max_minutes']:g} min" if t["max_minutes"] else "",
+              f"{t['max_steps']} steps" if t["max_steps"] else "", f"{t['max_epochs']} epochs"]
+    return [
+        "## What was run", "",
+        f"- Command: `{results['command']}` (profile `{results['profile']}`); resolved config "
+        "in `reproduce_config.yaml`, each arm's in `arms/<arm>/config.yaml`.",
+        f"- Corpus: `{d['name']}` ({d['src_lang']}→{d['tgt_lang']}); evaluated on {counts}.",
+        f"- Model, shared by the arms: {m['rnn_type'].upper()}, embeddings {m['emb_size']}, "
+        f"hidden {m['hidden_size']}, {m['enc_layers']}+{m['dec_layers']} layers, dropout "
+        f"{m['dropout']}; SentencePiece vocabulary {c['tokenizer']['vocab_size']} per side.",
+        f"- Training, shared: seed {t['seed']}, {t['batch_tokens']} target tokens per batch, "
+        f"lr {t['lr']} ({t['lr_schedule']}), budget per arm: "
+        f"{', '.join(b for b in budget if b)} (whichever comes first), device {t['device']}.",
+        f"- Decoding: beam {ev['beam']}, length penalty α={ev['alpha']}, output cap "
+        f"{ev['max_len_ratio']}×source+{ev['max_len_extra']} subwords. Intervals and tests: "
+        f"{ev['n_boot']} bootstrap resamples, seed {ev['boot_seed']}.",
+        f"- Apertium: {results['apertium'] or 'not installed or disabled: row skipped'}.",
+        f"- Wall time of this invocation: {results['wall_time_s'] / 60:.1f} min.", "",
+    ]
+
+
+def _arms_table(results: Mapping[str, Any]) -> list[str]:
+    lines = ["| arm | attention | trained on ≤ src words | parameters | steps | epochs | "
+             "stopped by | training time | target tok/s | best dev BLEU |",
+             "|" + "---|" * 10]
+    for name, a in results["arms"].items():
+        cap = a["spec"].get("max_src_words") or results["config"]["train"]["max_src_words"]
+        lines.append(
+            f"| {name} | {a['attention']} | {cap} | {a['parameters']:,} | {a['steps']} | "
+            f"{a['epochs_completed']} | {a['stop_reason']} | {a['wall_time_s'] / 60:.1f} min | "
+            f"{a['mean_tgt_tok_per_s']:,.0f} | {_fmt(a['best_dev_bleu'], 2)} |")
+    return [*lines, ""]
+
+
+def _split_section(name: str, split: Mapping[str, Any]) -> list[str]:
+    scores = split["scores"]
+    lines = [f"## BLEU and chrF by source length: {name}", ""]
+    for baseline, comparison in split["comparisons"].items():
+        members = [baseline, *comparison["systems"]]
+        lines += [report.markdown_table({m: scores[m] for m in members}, comparison), ""]
+        for arm, trend in split["trends"][baseline].items():
+            text = trend.get("error") or report.trend_summary(trend)
+            lines += [f"- {arm} vs {baseline}: {text}"]
+        lines.append("")
+    if not split["comparisons"]:
+        lines += [report.markdown_table(scores), ""]
+    lines += ["Output/reference length ratio and mean attention entropy (nats) per bucket:", "",
+              report.diagnostics_table(scores), ""]
+    return lines
+
+
+def _long_section(split: Mapping[str, Any]) -> list[str]:
+    lines = ["## Beyond the training length: test_long", "",
+             "| system | n | BLEU [95% CI] | chrF | length ratio | attention entropy |",
+             "|---|---|---|---|---|---|"]
+    for name, s in split["scores"].items():
+        o = s["overall"]
+        b = o["BLEU"]
+        lines.append(f"| {name} | {o['count']} | {_fmt(b['score'])} [{_fmt(b['lo'])}, "
+                     f"{_fmt(b['hi'])}] | {_fmt(o['chrF']['score'])} | "
+                     f"{_fmt(o['length_ratio'], 3)} | {_fmt(o['attention_entropy'], 2)} |")
+    return [*lines, ""]
+
+
+def _criteria_section(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["## GUIDE §4 criteria", "", "| # | criterion | system | verdict | measured |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['id']} | {CRITERIA_TEXT[r['id']]} | {r['system']} | "
+                     f"**{r['verdict']}** | {r['detail']} |")
+    return [*lines, ""]
+
+
+def _timings_section(timings: Mapping[str, Any]) -> list[str]:
+    lines = ["## Timings", "", "| phase | seconds | note |", "|---|---|---|"]
+    for phase, t in timings.items():
+        note = "from an earlier run (reused)" if t["cached"] else ""
+        lines.append(f"| {phase} | {t['seconds']:.1f} | {note} |")
+    return [*lines, ""]
+
+
+def render_report(results: Mapping[str, Any]) -> str:
+    """``report.md``: what was run, arms, per-split tables, test_long, criteria, timings."""
+    lines = [f"# BLEU versus source sentence length ({results['profile']} profile)", "",
+             "Attention (Bahdanau, Luong) against the fixed-vector encoder-decoder (none), "
+             "as in Bahdanau et al. 2015, Figure 2. Plot: `bleu_vs_length.png`; every "
+             "number: `results.json`.", ""]
+    lines += _what_was_run(results)
+    lines += ["## Arms", "", *_arms_table(results)]
+    for name, split in results["splits"].items():
+        lines += _long_section(split) if name == TEST_LONG else _split_section(name, split)
+    lines += _criteria_section(results["criteria"])
+    lines += _timings_section(results["timings"])
+    return "\n".join(lines)

@@ -1,0 +1,144 @@
+"""The run folder: resolved config, metrics CSV, log file, JSON records, progress bar.
+
+Layout of ``run_dir`` (the training loop adds ``best.pt``, ``last.pt`` and ``tokenizer/``)::
+
+    config.yaml    the resolved config of the run
+    metrics.csv    one row per log interval and per validation
+    train.log      everything the loop logged
+    params.json    parameter counts
+    summary.json   written when training ends
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+METRIC_FIELDS = (
+    "step", "epoch", "train_loss", "lr", "tgt_tok_per_s", "src_tok_per_s",
+    "dev_loss", "dev_ppl", "dev_bleu", "elapsed_s",
+)
+LOGGER_NAME = "seq2seq.train"
+
+
+class RunLog:
+    """Writes the run folder's records; one instance per training run.
+
+    On resume it keeps the existing files and drops metric rows logged after
+    the checkpoint it resumes from, so the curve has no duplicate steps.
+    """
+
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.dir / "metrics.csv"
+        if resume_step is None or not self.metrics_path.exists():
+            with self.metrics_path.open("w", newline="") as fh:
+                csv.DictWriter(fh, METRIC_FIELDS).writeheader()
+        else:
+            self._truncate_metrics(resume_step)
+        self.logger = logging.getLogger(LOGGER_NAME)
+        self.logger.setLevel(logging.INFO)
+        self._handlers: list[logging.Handler] = [logging.FileHandler(self.dir / "train.log")]
+        self._handlers[0].setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
+        )
+        if not logging.getLogger().handlers:  # outside Hydra nobody prints to the console
+            self._handlers.append(logging.StreamHandler(sys.stderr))
+        for handler in self._handlers:
+            self.logger.addHandler(handler)
+
+    def _truncate_metrics(self, step: int) -> None:
+        with self.metrics_path.open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r["step"] and int(r["step"]) <= step]
+        with self.metrics_path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, METRIC_FIELDS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def info(self, msg: str, *args: Any) -> None:
+        self.logger.info(msg, *args)
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self.logger.warning(msg, *args)
+
+    def write_config(self, cfg: DictConfig) -> None:
+        OmegaConf.save(cfg, self.dir / "config.yaml", resolve=True)
+
+    def write_json(self, name: str, obj: dict[str, Any]) -> None:
+        (self.dir / name).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+    def metrics(self, **row: Any) -> None:
+        """Append one row to metrics.csv; missing fields stay empty, floats are rounded."""
+        clean = {k: (_round(v) if isinstance(v, float) else v) for k, v in row.items()}
+        with self.metrics_path.open("a", newline="") as fh:
+            csv.DictWriter(fh, METRIC_FIELDS).writerow(clean)
+
+    def progress(self, total: int | None, initial: int) -> tqdm:
+        """A step progress bar (stderr, hidden when it is not a terminal)."""
+        return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
+                    disable=None, file=sys.stderr, leave=True)
+
+    def close(self) -> None:
+        for handler in self._handlers:
+            self.logger.removeHandler(handler)
+            handler.close()
+
+
+class Window:
+    """Training loss, tokens and step time summed since the last log line.
+
+    The loss stays a device tensor so logging does not force a sync every step.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss: Any = 0.0
+        self.steps = self.tgt_tokens = self.src_tokens = 0
+        self.seconds = 0.0
+
+    def add(self, loss: Any, tgt_tokens: int, src_tokens: int, seconds: float) -> None:
+        self.loss = self.loss + loss
+        self.steps += 1
+        self.tgt_tokens += tgt_tokens
+        self.src_tokens += src_tokens
+        self.seconds += seconds
+
+    def mean_loss(self) -> float:
+        return float(self.loss) / max(self.steps, 1)
+
+    def tgt_per_s(self) -> float:
+        return self.tgt_tokens / max(self.seconds, 1e-9)
+
+    def src_per_s(self) -> float:
+        return self.src_tokens / max(self.seconds, 1e-9)
+
+
+def format_duration(seconds: float) -> str:
+    """``H:MM:SS``; ``?`` when unknown."""
+    if not math.isfinite(seconds):
+        return "?"
+    minutes, secs = divmod(int(max(seconds, 0)), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{secs:02d}"
+
+
+def _round(x: float) -> float | str:
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return float(f"{x:.6g}")
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:
+    """The rows of a run's metrics.csv (strings; empty where a row had no value)."""
+    with (Path(run_dir) / "metrics.csv").open(newline="") as fh:
+        return list(csv.DictReader(fh))

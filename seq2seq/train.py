@@ -1,0 +1,465 @@
+"""The training loop, read top to bottom: set up, step, validate, checkpoint, run.
+
+``train_main(cfg)`` loads the corpus and builds the model before anything slow
+happens, so a bad config or a missing corpus fails in the first second. The
+loop state that a resumed run needs (step, epoch, batch index inside the epoch,
+best score, patience, time used) lives in :class:`Progress` and goes into every
+checkpoint with the model, optimizer, scheduler and RNG states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sacrebleu
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from seq2seq import batching
+from seq2seq.checkpoint import (
+    BEST,
+    LAST,
+    TOKENIZER_DIR,
+    atomic_save,
+    check_same_setup,
+    load_checkpoint,
+    make_checkpoint,
+    restore_rng_state,
+    resume_checkpoint,
+)
+from seq2seq.constants import PAD_ID
+from seq2seq.corpus import corpus_dir, load_corpus
+from seq2seq.errors import ConfigError, Seq2SeqError
+from seq2seq.model import build_model, count_parameters
+from seq2seq.runlog import RunLog, Window, format_duration
+from seq2seq.search import greedy
+from seq2seq.tokenizer import Tokenizers, load_or_train
+
+
+@dataclass
+class Progress:
+    """Loop counters; saved in every checkpoint so a resumed run continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_index: int = 0  # batches of `epoch` already trained on
+    best_score: float = -math.inf  # dev BLEU, or minus dev loss when BLEU is off
+    best_step: int = 0
+    best_bleu: float = math.nan
+    bad_validations: int = 0
+    last_valid_step: int = -1
+    elapsed_s: float = 0.0  # wall time over all restarts
+    train_s: float = 0.0  # time inside training steps only (for tokens/s)
+    tgt_tokens: int = 0
+    src_tokens: int = 0
+    stop_reason: str = ""
+
+
+@dataclass
+class Data:
+    """Encoded train/valid splits and what the loop needs to read them."""
+
+    train: batching.EncodedSplit
+    train_idx: np.ndarray  # pairs kept by the length filter
+    dropped: int
+    valid: batching.EncodedSplit
+    valid_idx: np.ndarray
+    valid_refs: list[str]  # detokenized target side, for dev BLEU
+
+
+@dataclass
+class Run:
+    """Everything the loop works with, built once by :func:`setup`."""
+
+    cfg: DictConfig
+    log: RunLog
+    device: torch.device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    tokenizers: Any
+    data: Data
+    progress: Progress = field(default_factory=Progress)
+
+
+# ---------------------------------------------------------------- set-up
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name} but no CUDA device is visible: use train.device=auto or cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def set_threads(threads: int) -> int:
+    n = threads if threads > 0 else len(os.sched_getaffinity(0))
+    torch.set_num_threads(n)
+    return n
+
+
+def build_optimizer(model: torch.nn.Module, t: DictConfig) -> tuple[torch.optim.Optimizer, Any]:
+    """Adam plus the schedule of ``train.lr_schedule``.
+
+    plateau: multiply by ``lr_decay`` when dev loss has not improved for
+    ``lr_patience`` validations (stepped in :func:`validate`); constant and
+    inverse_sqrt: a per-step LambdaLR with linear warm-up over ``warmup_steps``.
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=t.lr)
+    if t.lr_schedule == "plateau":
+        return optimizer, torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience, min_lr=t.min_lr)
+    warmup, floor = t.warmup_steps, min(1.0, t.min_lr / t.lr)
+    inverse_sqrt = t.lr_schedule == "inverse_sqrt"
+
+    def factor(step: int) -> float:
+        s = step + 1
+        if warmup and s < warmup:
+            return s / warmup
+        if not inverse_sqrt:
+            return 1.0
+        return max(floor, math.sqrt(max(warmup, 1) / s))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def check_train_config(t: DictConfig) -> None:
+    """Loop settings that :func:`seq2seq.config.validate` leaves to the loop."""
+    for key in ("valid_every", "log_every", "max_epochs"):
+        if t[key] < 1:
+            raise ConfigError(f"train.{key}={t[key]} must be a positive integer")
+    for key in ("max_steps", "max_minutes", "patience", "warmup_steps", "clip_norm", "valid_bleu_sentences",
+                "overfit_batches"):
+        if t[key] < 0:
+            raise ConfigError(f"train.{key}={t[key]} must be >= 0 (0 turns it off)")
+
+
+def check_model_config(model_cfg: DictConfig) -> None:
+    """Build a throw-away tiny-vocabulary model so a bad attention name fails before data work."""
+    build_model(model_cfg, 16, 16)
+
+
+def prepare_data(corpus: Any, tokenizers: Any, cfg: DictConfig) -> Data:
+    """Encode train and valid once (cached next to the corpus) and apply the length filter."""
+    d = cfg.data
+    tok_key = batching.tokenizer_fingerprint(tokenizers)
+    splits = {}
+    for name in ("train", "valid"):
+        if name not in corpus:
+            raise Seq2SeqError(f"corpus {corpus_dir(d)} has no {name!r} split: rebuild it with seq2seq-data")
+        key = batching.cache_key(corpus[name]._fingerprint, tok_key, d.src_lang, d.tgt_lang)
+        cache = corpus_dir(d) / "cache" / f"{name}-{key}.npz"
+        splits[name] = batching.load_or_encode(corpus[name], tokenizers, d.src_lang, d.tgt_lang, cache)
+    train_idx, dropped = batching.length_filter(splits["train"], cfg.train.max_src_words)
+    if len(train_idx) == 0:
+        raise ConfigError(
+            f"no training pair has at most train.max_src_words={cfg.train.max_src_words} "
+            "source words: raise train.max_src_words")
+    valid_idx, _ = batching.length_filter(splits["valid"], 10**9)
+    refs = [pair[d.tgt_lang] for pair in corpus["valid"]["translation"]]
+    return Data(splits["train"], train_idx, dropped, splits["valid"], valid_idx, refs)
+
+
+def setup(cfg: DictConfig) -> Run:
+    """Everything before the first step; fails fast on config, corpus and checkpoint problems."""
+    t = cfg.train
+    run_dir = Path(cfg.run_dir)
+    check_train_config(t)
+    resume_from = resume_checkpoint(run_dir, t.resume)
+    device = resolve_device(t.device)
+    threads = set_threads(t.threads)
+    check_model_config(cfg.model)
+    corpus = load_corpus(cfg.data)
+    ckpt = load_checkpoint(resume_from) if resume_from else None
+    if ckpt is not None:
+        check_same_setup(ckpt["config"], cfg)
+        tokenizers = Tokenizers.load(run_dir / TOKENIZER_DIR)
+    else:
+        tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
+    data = prepare_data(corpus, tokenizers, cfg)
+
+    seed_everything(t.seed)
+    model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
+    optimizer, scheduler = build_optimizer(model, t)
+    log = RunLog(run_dir, resume_step=ckpt["progress"]["step"] if ckpt else None)
+    run = Run(cfg, log, device, model, optimizer, scheduler, tokenizers, data)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        run.progress = Progress(**{**ckpt["progress"], "stop_reason": ""})
+        restore_rng_state(ckpt["rng"])
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", resume_from,
+                 run.progress.step, run.progress.epoch, run.progress.batch_index)
+    else:
+        tokenizers.save(run_dir / TOKENIZER_DIR)
+    write_run_info(run, threads)
+    return run
+
+
+def write_run_info(run: Run, threads: int) -> None:
+    n_params = count_parameters(run.model)
+    run.log.write_config(run.cfg)
+    run.log.write_json("params.json", {"parameters": n_params, "attention": run.cfg.model.attention.name})
+    d = run.data
+    run.log.info("device %s, %d threads; %s attention, %d parameters", run.device, threads,
+                 run.cfg.model.attention.name, n_params)
+    run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
+                 "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
+                 len(d.valid_idx))
+
+
+# ---------------------------------------------------------------- step and validation
+
+
+def autocast(run: Run) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA when asked; a no-op elsewhere."""
+    if run.cfg.train.bf16 and run.device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def to_device(batch: batching.Batch, device: torch.device) -> batching.Batch:
+    if device.type == "cuda":
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch
+
+
+def loss_sum(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Summed cross-entropy over real target tokens; logits (B, T, V), tgt_out (B, T)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
+                           ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
+
+
+def train_step(run: Run, batch: batching.Batch) -> torch.Tensor:
+    """One optimizer update on ``batch``; returns the mean token loss (a 0-dim tensor, no sync)."""
+    t = run.cfg.train
+    run.optimizer.zero_grad(set_to_none=True)
+    with autocast(run):
+        logits = run.model(batch.src, batch.src_lens, batch.tgt_in, teacher_forcing=t.teacher_forcing)
+    loss = loss_sum(logits, batch.tgt_out, t.label_smoothing) / batch.n_tgt_tokens
+    loss.backward()
+    if t.clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), t.clip_norm)
+    run.optimizer.step()
+    if not isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        run.scheduler.step()
+    return loss.detach()
+
+
+@torch.no_grad()
+def dev_loss(run: Run) -> float:
+    """Mean per-token dev cross-entropy (no label smoothing, so exp() is the perplexity)."""
+    d, total, tokens = run.data, 0.0, 0
+    for idx in batching.eval_batches(d.valid, d.valid_idx, run.cfg.train.batch_tokens):
+        batch = to_device(batching.collate(d.valid, idx), run.device)
+        with autocast(run):
+            logits = run.model(batch.src, batch.src_lens, batch.tgt_in)
+        total += float(loss_sum(logits, batch.tgt_out, 0.0))
+        tokens += batch.n_tgt_tokens
+    return total / max(tokens, 1)
+
+
+@torch.no_grad()
+def dev_bleu(run: Run) -> float:
+    """Greedy corpus BLEU (sacrebleu, detokenized) on the first ``valid_bleu_sentences`` dev pairs."""
+    d, n = run.data, run.cfg.train.valid_bleu_sentences
+    chosen = d.valid_idx[:n]
+    hyps: dict[int, str] = {}
+    for idx in batching.eval_batches(d.valid, chosen, run.cfg.train.batch_tokens):
+        batch = to_device(batching.collate(d.valid, idx), run.device)
+        with autocast(run):
+            out = greedy(run.model, batch.src, batch.src_lens)
+        for i, hyp in zip(batch.ids.tolist(), out, strict=True):
+            hyps[i] = run.tokenizers.tgt.decode(hyp.tokens)
+    order = [int(i) for i in chosen]
+    return sacrebleu.corpus_bleu([hyps[i] for i in order], [[d.valid_refs[i] for i in order]]).score
+
+
+def validate(run: Run) -> dict[str, float]:
+    """Dev loss, perplexity and BLEU; steps the plateau schedule, tracks the best, saves checkpoints."""
+    p, t = run.progress, run.cfg.train
+    run.model.eval()
+    loss = dev_loss(run)
+    bleu = dev_bleu(run) if t.valid_bleu_sentences > 0 else math.nan
+    run.model.train()
+    if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        run.scheduler.step(loss)
+    score = bleu if t.valid_bleu_sentences > 0 else -loss
+    p.last_valid_step = p.step
+    if score > p.best_score:
+        p.best_score, p.best_step, p.best_bleu, p.bad_validations = score, p.step, bleu, 0
+        save(run, BEST)
+    else:
+        p.bad_validations += 1
+    save(run, LAST)
+    ppl = math.exp(min(loss, 50.0))
+    run.log.info("step %d epoch %d: dev loss %.4f ppl %.2f BLEU %.2f (best %.2f at step %d)",
+                 p.step, p.epoch, loss, ppl, bleu, p.best_bleu, p.best_step)
+    return {"dev_loss": loss, "dev_ppl": ppl, "dev_bleu": bleu}
+
+
+def save(run: Run, name: str) -> None:
+    vocab = {"src": run.tokenizers.src.vocab_size, "tgt": run.tokenizers.tgt.vocab_size}
+    ckpt = make_checkpoint(run.model, run.optimizer, run.scheduler, asdict(run.progress), run.cfg, vocab)
+    atomic_save(ckpt, run.log.dir / name)
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def stop_reason(run: Run) -> str:
+    """Why training must stop now ('' to go on)."""
+    p, t = run.progress, run.cfg.train
+    if t.max_steps and p.step >= t.max_steps:
+        return f"max_steps={t.max_steps}"
+    if t.max_minutes and p.elapsed_s >= 60 * t.max_minutes:
+        return f"max_minutes={t.max_minutes:g}"
+    if t.patience and p.bad_validations >= t.patience:
+        return f"early stop: no dev improvement in {t.patience} validations"
+    if p.epoch >= t.max_epochs:
+        return f"max_epochs={t.max_epochs}"
+    return ""
+
+
+def epoch_batches(run: Run) -> list[np.ndarray]:
+    """This epoch's batches (pair indices); with ``overfit_batches`` the same few every epoch."""
+    p, t, d = run.progress, run.cfg.train, run.data
+    if t.overfit_batches:
+        return batching.train_batches(d.train, d.train_idx, t.batch_tokens, t.seed, 0)[: t.overfit_batches]
+    return batching.train_batches(d.train, d.train_idx, t.batch_tokens, t.seed, p.epoch)
+
+
+def total_steps(run: Run, steps_per_epoch: int) -> int:
+    t = run.cfg.train
+    bound = t.max_epochs * steps_per_epoch
+    return min(bound, t.max_steps) if t.max_steps else bound
+
+
+def run_training(run: Run) -> Progress:
+    """Train until a budget, the epoch limit or early stopping ends it."""
+    p, t, d = run.progress, run.cfg.train, run.data
+    run.model.train()
+    start, elapsed_before = time.perf_counter(), p.elapsed_s
+    window = Window()
+    p.stop_reason = stop_reason(run)  # a resumed run may have nothing left to do
+    bar = run.log.progress(None, p.step)
+    with logging_redirect_tqdm([run.log.logger]), bar:
+        while not p.stop_reason:
+            batches = epoch_batches(run)
+            bar.total = bar.total or total_steps(run, len(batches))
+            for idx in batches[p.batch_index:]:
+                batch = to_device(batching.collate(d.train, idx), run.device)
+                step_start = time.perf_counter()
+                loss = train_step(run, batch)
+                step_s = time.perf_counter() - step_start
+                window.add(loss, batch.n_tgt_tokens, batch.n_src_tokens, step_s)
+                p.step, p.batch_index = p.step + 1, p.batch_index + 1
+                p.tgt_tokens += batch.n_tgt_tokens
+                p.src_tokens += batch.n_src_tokens
+                p.train_s += step_s
+                p.elapsed_s = elapsed_before + time.perf_counter() - start
+                bar.update(1)
+                if p.step % t.log_every == 0:
+                    log_train(run, window, bar)
+                if p.step % t.valid_every == 0:
+                    validate_and_log(run)
+                p.stop_reason = stop_reason(run)
+                if p.stop_reason:
+                    break
+            else:  # the epoch ran to its end (overfit "epochs" are too short to validate)
+                if p.last_valid_step != p.step and not t.overfit_batches:
+                    validate_and_log(run)
+                p.epoch, p.batch_index = p.epoch + 1, 0
+                p.stop_reason = stop_reason(run)
+        p.elapsed_s = elapsed_before + time.perf_counter() - start
+        if p.last_valid_step != p.step:
+            validate_and_log(run)
+        else:
+            save(run, LAST)  # record the stop reason and the final clock
+    return p
+
+
+def log_train(run: Run, window: Window, bar: Any) -> None:
+    """Average the last ``log_every`` steps into one metrics row, a log line and the bar."""
+    p = run.progress
+    loss = window.mean_loss()
+    if not math.isfinite(loss):
+        raise Seq2SeqError(
+            f"training diverged at step {p.step} (loss {loss}): lower train.lr or set train.clip_norm")
+    lr = run.optimizer.param_groups[0]["lr"]
+    run.log.metrics(step=p.step, epoch=p.epoch, train_loss=loss, lr=lr, elapsed_s=p.elapsed_s,
+                    tgt_tok_per_s=window.tgt_per_s(), src_tok_per_s=window.src_per_s())
+    bar.set_postfix(loss=f"{loss:.3f}", tgt_tok_s=f"{window.tgt_per_s():,.0f}",
+                    eta=format_duration(time_left(run, bar.total)), refresh=False)
+    run.log.info("step %d epoch %d: loss %.4f lr %.2e %.0f tgt tok/s",
+                 p.step, p.epoch, loss, lr, window.tgt_per_s())
+    window.reset()
+
+
+def time_left(run: Run, total: int | None) -> float:
+    """Seconds left: the nearer of the step/epoch bound and the max_minutes budget."""
+    p, t = run.progress, run.cfg.train
+    left = math.inf
+    if total and p.step:
+        left = (total - p.step) * p.elapsed_s / p.step
+    if t.max_minutes:
+        left = min(left, 60 * t.max_minutes - p.elapsed_s)
+    return left
+
+
+def validate_and_log(run: Run) -> None:
+    p = run.progress
+    dev = validate(run)
+    run.log.metrics(step=p.step, epoch=p.epoch, lr=run.optimizer.param_groups[0]["lr"],
+                    elapsed_s=p.elapsed_s, **dev)
+
+
+def summarize(run: Run) -> dict[str, Any]:
+    p = run.progress
+    return {
+        "steps": p.step,
+        "epochs_completed": p.epoch,
+        "stop_reason": p.stop_reason,
+        "best_dev_bleu": p.best_bleu,
+        "best_step": p.best_step,
+        "wall_time_s": round(p.elapsed_s, 1),
+        "train_time_s": round(p.train_s, 1),
+        "mean_tgt_tok_per_s": round(p.tgt_tokens / max(p.train_s, 1e-9), 1),
+        "mean_src_tok_per_s": round(p.src_tokens / max(p.train_s, 1e-9), 1),
+        "train_pairs": len(run.data.train_idx),
+        "dropped_pairs": run.data.dropped,
+        "attention": run.cfg.model.attention.name,
+    }
+
+
+def train_main(cfg: DictConfig) -> Path:
+    """`seq2seq-train`: train one model into ``cfg.run_dir`` and return that folder."""
+    run = setup(cfg)
+    try:
+        run_training(run)
+        summary = summarize(run)
+        run.log.write_json("summary.json", summary)
+        run.log.info("done (%s): %d steps, best dev BLEU %.2f at step %d, %.0f tgt tok/s, %.0f s",
+                     summary["stop_reason"], summary["steps"], summary["best_dev_bleu"],
+                     summary["best_step"], summary["mean_tgt_tok_per_s"], summary["wall_time_s"])
+    finally:
+        run.log.close()
+    return run.log.dir

@@ -1,0 +1,146 @@
+"""Every config composes and builds a model; bad configs are refused with one clear line."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from seq2seq.cli import CONFIG_DIR
+from seq2seq.config import validate
+from seq2seq.errors import ConfigError
+from seq2seq.model import build_model, count_parameters
+
+REPO = Path(__file__).resolve().parent.parent
+GROUPS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml"))
+          for g in ("data", "train", "experiment", "model/attention")}
+LUONG_SCORES = ("dot", "general", "concat", "scaled_dot")
+
+
+def make_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def small(*overrides: str):
+    """A composed config with a small model, so building it is fast."""
+    return make_cfg("model.emb_size=16", "model.hidden_size=16", *overrides)
+
+
+def test_groups_are_found() -> None:
+    assert GROUPS["model/attention"] == ["bahdanau", "luong", "none"]
+    assert {"debug", "overfit"} <= set(GROUPS["experiment"])
+
+
+ARCH = [
+    *(("model/attention=none", f"model.rnn_type={r}") for r in ("gru", "lstm")),
+    *(("model/attention=bahdanau", f"model.rnn_type={r}") for r in ("gru", "lstm")),
+    *(("model/attention=luong", f"model.rnn_type={r}", f"model.attention.score={s}",
+       f"model.attention.input_feeding={f}")
+      for r, s, f in itertools.product(("gru", "lstm"), LUONG_SCORES, ("true", "false"))),
+]
+
+
+@pytest.mark.parametrize("overrides", ARCH, ids=lambda o: ",".join(x.split("=")[1] for x in o))
+def test_every_architecture_composes_and_builds(overrides: tuple[str, ...]) -> None:
+    cfg = small(*overrides)
+    validate(cfg)
+    model = build_model(cfg.model, 40, 50)
+    assert model.attention is not None and count_parameters(model) > 0
+    name = overrides[0].split("=")[1]
+    assert cfg.model.attention.name == name
+
+
+@pytest.mark.parametrize("flags", [
+    ("model.enc_layers=2", "model.dec_layers=2"),
+    ("model.bidirectional=false",),
+    ("model.deep_output=false",),
+    ("model.maxout=true",),
+    ("model.tie_embeddings=true",),
+    ("model.emb_size=24", "model.tie_embeddings=true"),
+    ("model.attention.attn_size=8",),
+])
+def test_model_options_build_with_each_attention(flags: tuple[str, ...]) -> None:
+    for att in GROUPS["model/attention"]:
+        cfg = small(f"model/attention={att}", *flags)
+        validate(cfg)
+        build_model(cfg.model, 40, 50)
+
+
+@pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUPS.items() for n in names])
+def test_every_group_file_composes(group: str, name: str) -> None:
+    cfg = make_cfg(f"{group}={name}")
+    validate(cfg)
+    OmegaConf.to_container(cfg.model, resolve=True)  # no dangling interpolation
+    build_model(cfg.model, 40, 50)
+
+
+def test_experiment_files_are_global_packages() -> None:
+    for name in GROUPS["experiment"]:
+        text = (Path(CONFIG_DIR) / "experiment" / f"{name}.yaml").read_text()
+        assert text.startswith("# @package _global_"), name
+    cfg = make_cfg("experiment=debug")
+    assert cfg.train.max_steps == 20 and cfg.model.hidden_size == 32  # train/debug + its own keys
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.hidden_size=-5", "model.hidden_size=-5 must be a positive integer"),
+    ("model.dropout=1.5", "model.dropout=1.5 must be in [0, 1)"),
+    ("train.teacher_forcing=0", "train.teacher_forcing=0.0 must be in (0, 1]"),
+    ("train.lr_schedule=cosine", "train.lr_schedule='cosine': use constant, plateau or inverse_sqrt"),
+])
+def test_validate_refuses_bad_values(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate(make_cfg(override))
+    assert str(err.value) == message
+
+
+def test_unknown_attention_is_refused_by_the_model() -> None:
+    cfg = make_cfg("model.attention.name=transformer")
+    with pytest.raises(ConfigError, match="model.attention.name='transformer' is unknown: use one of none, bahdanau, luong"):
+        build_model(cfg.model, 40, 50)
+
+
+def test_unknown_group_option_is_refused_when_composing() -> None:
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException):
+        make_cfg("model/attention=transformer")
+
+
+def test_typo_in_a_key_is_refused_when_composing() -> None:
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException):
+        make_cfg("train.max_step=5")
+
+
+def run_cli(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
+    """`seq2seq-train` in a subprocess (the package is not necessarily installed)."""
+    code = "from seq2seq.cli import train_main; train_main()"
+    return subprocess.run(
+        [sys.executable, "-c", code, f"run_dir={tmp_path / 'run'}", f"data.root={tmp_path / 'nodata'}",
+         *overrides],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.attention.name=transformer", "error: model.attention.name='transformer' is unknown"),
+    ("model.hidden_size=-1", "error: model.hidden_size=-1 must be a positive integer"),
+    ("model.dropout=1.5", "error: model.dropout=1.5 must be in [0, 1)"),
+    ("train.seed=1", "error: corpus"),  # a valid config whose corpus is not built
+])
+def test_cli_refuses_bad_configs_with_one_line(tmp_path: Path, override: str, message: str) -> None:
+    proc = run_cli(tmp_path, override)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "last.pt").exists()

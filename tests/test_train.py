@@ -1,0 +1,224 @@
+"""Checkpoints (atomic, corrupt, RNG), the training loop end to end, and exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq import checkpoint
+from seq2seq.errors import CheckpointError
+from seq2seq.runlog import read_metrics
+
+# ---------------------------------------------------------------- checkpoint files
+
+
+def test_atomic_save_round_trip(tmp_path: Path) -> None:
+    checkpoint.atomic_save({"x": torch.arange(3)}, tmp_path / "a.pt")
+    assert torch.load(tmp_path / "a.pt")["x"].tolist() == [0, 1, 2]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.pt"]
+
+
+def test_failing_write_leaves_the_old_file_intact(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "last.pt"
+    checkpoint.atomic_save({"version": 1}, path)
+
+    def broken_save(obj, fh):
+        fh.write(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", broken_save)
+    with pytest.raises(OSError):
+        checkpoint.atomic_save({"version": 2}, path)
+    monkeypatch.undo()
+    assert torch.load(path)["version"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # the temp file is gone
+
+
+def fake_checkpoint() -> dict:
+    model = torch.nn.Linear(3, 2)
+    cfg = OmegaConf.create({"model": {"a": 1}})
+    return checkpoint.make_checkpoint(model, None, None, {"step": 7}, cfg, {"src": 10, "tgt": 12})
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path: Path) -> None:
+    checkpoint.atomic_save(fake_checkpoint(), tmp_path / "c.pt")
+    ckpt = checkpoint.load_checkpoint(tmp_path / "c.pt")
+    assert ckpt["progress"] == {"step": 7} and ckpt["vocab"] == {"src": 10, "tgt": 12}
+    assert ckpt["config"] == {"model": {"a": 1}}
+
+
+def test_truncated_checkpoint_is_a_checkpoint_error(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    checkpoint.atomic_save(fake_checkpoint(), path)
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match="is corrupt or truncated"):
+        checkpoint.load_checkpoint(path)
+
+
+def test_garbage_and_foreign_files_are_checkpoint_errors(tmp_path: Path) -> None:
+    (tmp_path / "junk.pt").write_bytes(b"\x00not a zip at all")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        checkpoint.load_checkpoint(tmp_path / "junk.pt")
+    torch.save({"state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="is not a seq2seq checkpoint"):
+        checkpoint.load_checkpoint(tmp_path / "other.pt")
+
+
+def test_missing_checkpoint_and_empty_run_folder(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="not found"):
+        checkpoint.load_checkpoint(tmp_path / "nope.pt")
+    with pytest.raises(CheckpointError, match="holds no best.pt or last.pt"):
+        checkpoint.load_model(tmp_path)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        checkpoint.load_model(tmp_path / "missing_run")
+
+
+def test_rng_state_round_trip() -> None:
+    state = checkpoint.capture_rng_state()
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    checkpoint.restore_rng_state(state)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_resume_checkpoint_rules(tmp_path: Path) -> None:
+    assert checkpoint.resume_checkpoint(tmp_path, resume=False) is None
+    with pytest.raises(CheckpointError, match="train.resume=true but"):
+        checkpoint.resume_checkpoint(tmp_path, resume=True)
+    (tmp_path / "last.pt").write_bytes(b"x")
+    assert checkpoint.resume_checkpoint(tmp_path, resume=True) == tmp_path / "last.pt"
+    with pytest.raises(CheckpointError, match="already holds a run"):
+        checkpoint.resume_checkpoint(tmp_path, resume=False)
+
+
+# ---------------------------------------------------------------- training end to end
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def train(overrides: list[str], *extra: str) -> Path:
+    """Compose the config like the CLI does and train in this process."""
+    from conftest import compose_config
+
+    from seq2seq.config import validate
+    from seq2seq.train import train_main
+
+    cfg = compose_config([*overrides, *extra])
+    validate(cfg)
+    return train_main(cfg)
+
+
+def run_cli(*overrides: str) -> subprocess.CompletedProcess:
+    code = "from seq2seq.cli import train_main; train_main()"
+    return subprocess.run([sys.executable, "-c", code, *overrides], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_cli_trains_into_a_self_contained_run_folder(tiny_train_overrides, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = run_cli(*tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=6",
+                   "model/attention=luong")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("config.yaml", "metrics.csv", "train.log", "params.json", "summary.json",
+                 "best.pt", "last.pt", "tokenizer/tokenizers.json"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["stop_reason"] == "max_steps=6"
+    assert summary["mean_tgt_tok_per_s"] > 0 and summary["attention"] == "luong"
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.model.attention.name == "luong" and saved.run_dir == str(run_dir)
+    rows = read_metrics(run_dir)
+    assert [int(r["step"]) for r in rows if r["train_loss"]] == [2, 4, 6]
+    assert [int(r["step"]) for r in rows if r["dev_loss"]] == [5, 6]
+    assert all(float(r["dev_ppl"]) > 1 for r in rows if r["dev_ppl"])
+    assert "dev loss" in (run_dir / "train.log").read_text()
+    params = json.loads((run_dir / "params.json").read_text())["parameters"]
+
+    # the run folder alone rebuilds the model for decoding
+    from seq2seq.search import greedy
+
+    model, tokenizers, cfg = checkpoint.load_model(run_dir)
+    assert not model.training and cfg.model.attention.name == "luong"
+    assert sum(p.numel() for p in model.parameters()) == params
+    ids = torch.tensor([tokenizers.src.encode("el perro come pan")])
+    hyp = greedy(model, ids, torch.tensor([ids.size(1)]))[0]
+    assert isinstance(tokenizers.tgt.decode(hyp.tokens), str)
+
+    # a second run into the same folder is refused unless it resumes
+    with pytest.raises(CheckpointError, match="pass train.resume=true"):
+        train(tiny_train_overrides, f"run_dir={run_dir}", "model/attention=luong")
+    train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=8", "model/attention=luong",
+          "train.resume=true")
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 8
+    assert [int(r["step"]) for r in read_metrics(run_dir) if r["train_loss"]] == [2, 4, 6, 8]
+
+
+RESUME = ["train.batch_tokens=400", "train.valid_every=8", "train.lr_schedule=plateau",
+          "train.lr_patience=0", "train.teacher_forcing=0.7", "model.dropout=0.3"]
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong"])
+def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(
+        tiny_train_overrides, tmp_path: Path, attention: str) -> None:
+    base = [*tiny_train_overrides, *RESUME, f"model/attention={attention}"]
+    split = train(base, f"run_dir={tmp_path / 'split'}", "train.max_steps=8")
+    train(base, f"run_dir={split}", "train.max_steps=16", "train.resume=true")
+    whole = train(base, f"run_dir={tmp_path / 'whole'}", "train.max_steps=16")
+    a = checkpoint.load_checkpoint(split / "last.pt")
+    b = checkpoint.load_checkpoint(whole / "last.pt")
+    assert a["progress"]["epoch"] >= 1  # the second half crossed an epoch boundary
+    assert a["progress"]["step"] == b["progress"]["step"] == 16
+    assert a["progress"]["batch_index"] == b["progress"]["batch_index"]
+    for name, tensor in b["model"].items():
+        torch.testing.assert_close(a["model"][name], tensor, rtol=0, atol=1e-6, msg=name)
+    assert a["scheduler"] == b["scheduler"]
+    steps = [s["step"] for s in a["optimizer"]["state"].values()]
+    assert all(float(s) == 16 for s in steps)
+    assert [r["train_loss"] for r in read_metrics(split)] == [r["train_loss"] for r in read_metrics(whole)]
+
+
+def test_wall_clock_budget_and_length_filter(tiny_train_overrides, tmp_path: Path) -> None:
+    from conftest import toy_pairs
+
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_minutes=0.0001",
+                    "train.max_src_words=5")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "max_minutes=0.0001" and summary["steps"] == 1
+    too_long = sum(len(src.split()) > 5 for src, _ in toy_pairs(600, 1))
+    assert summary["dropped_pairs"] == too_long > 0
+    assert summary["train_pairs"] == 600 - too_long
+
+
+def test_early_stopping_on_dev_bleu(tiny_train_overrides, tmp_path: Path) -> None:
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.lr=1e-9",
+                    "train.patience=2", "train.valid_every=2", "train.max_steps=50")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"].startswith("early stop") and summary["steps"] == 6
+    assert summary["best_step"] == 2
+
+
+def test_overfit_experiment_memorises_two_batches(tiny_train_overrides, tmp_path: Path) -> None:
+    run_dir = train(tiny_train_overrides, "experiment=overfit", f"run_dir={tmp_path / 'run'}",
+                    "model.emb_size=32", "model.hidden_size=32", "train.batch_tokens=100",
+                    "train.max_steps=150", "train.valid_every=150", "train.lr=0.01")
+    losses = [float(r["train_loss"]) for r in read_metrics(run_dir) if r["train_loss"]]
+    assert losses[0] > 2.5 and losses[-1] < 0.3  # bound for 150 steps on 2 batches of ~100 tokens
+
+
+def test_resume_errors(tiny_train_overrides, tmp_path: Path) -> None:
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=2")
+    with pytest.raises(CheckpointError, match="model.hidden_size differ"):
+        train(tiny_train_overrides, f"run_dir={run_dir}", "train.resume=true", "model.hidden_size=24")
+    (run_dir / "last.pt").write_bytes((run_dir / "last.pt").read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        train(tiny_train_overrides, f"run_dir={run_dir}", "train.resume=true", "train.max_steps=4")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        train(tiny_train_overrides, f"run_dir={tmp_path / 'other'}", "train.resume=true")
