@@ -130,13 +130,17 @@ def load_or_encode(
     atomically, so an interrupted run cannot leave half a cache behind.
     """
     if cache_file is not None and cache_file.exists():
-        with np.load(cache_file) as z:
-            return EncodedSplit(**{k: z[k] for k in z.files})
+        try:
+            with np.load(cache_file) as z:
+                return EncodedSplit(**{k: z[k] for k in z.files})
+        except Exception:  # a damaged or foreign cache file is rebuilt, it holds nothing else
+            pass
     enc = encode_pairs(dataset["translation"], tokenizers, src_lang, tgt_lang)
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_file.parent, suffix=".npz.tmp")
         try:
+            os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is shared data
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, **enc.__dict__)
             os.replace(tmp, cache_file)

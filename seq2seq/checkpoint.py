@@ -35,6 +35,7 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; keep torch.save's usual mode
         with os.fdopen(fd, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()

@@ -136,8 +136,8 @@ def save_heatmap(attention: np.ndarray, src_tokens: Sequence[str], tgt_tokens: S
     fig, ax = plt.subplots(figsize=(min(2 + 0.35 * cols, 40), min(1.5 + 0.3 * rows, 40)))
     try:
         image = ax.imshow(attention, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_xticks(range(cols), list(src_tokens), rotation=90)
-        ax.set_yticks(range(rows), list(tgt_tokens))
+        ax.set_xticks(range(cols), [display_piece(t) for t in src_tokens], rotation=90)
+        ax.set_yticks(range(rows), [display_piece(t) for t in tgt_tokens])
         ax.set_xlabel("source")
         ax.set_ylabel("output")
         ax.xaxis.set_ticks_position("top")

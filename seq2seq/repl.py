@@ -53,7 +53,7 @@ def make_session(history_file: str, err: IO[str], **kwargs: Any) -> Any:
             history = FileHistory(str(path))
         except OSError as e:
             print(f"warning: history file {path} unusable ({e.strerror}); history kept in memory "
-                  "only (set translate.history_file)", file=err)
+                  "only (set history_file=)", file=err)
     return PromptSession(history=history, **kwargs)
 
 

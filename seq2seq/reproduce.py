@@ -112,13 +112,19 @@ def check_finished_arm(arm_cfg: DictConfig) -> None:
 
 
 # ---------------------------------------------------------------------- phases
-def build_corpus(cfg: DictConfig) -> float:
-    """Build (or reuse) the corpus and its tokenizers; returns the seconds it took."""
+def build_corpus(cfg: DictConfig) -> dict[str, Any]:
+    """Build (or reuse) the corpus and its tokenizers; returns the phase's timing."""
+    from seq2seq.corpus import corpus_dir
     from seq2seq.corpus.build import build_main
+    from seq2seq.corpus.store import read_manifest
 
-    start = time.perf_counter()
+    def built_at() -> str | None:
+        return (read_manifest(corpus_dir(cfg.data)) or {}).get("built_at")
+
+    before, start = built_at(), time.perf_counter()
     build_main(cfg)
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return {"seconds": round(seconds, 1), "cached": before is not None and before == built_at()}
 
 
 def train_arm(name: str, arm_cfg: DictConfig) -> dict[str, Any]:
@@ -219,7 +225,7 @@ def reproduce_main(cfg: DictConfig) -> Path:
     arm_cfgs = arm_configs(cfg)  # fails fast on a bad arm, before the slow phases
     timings: dict[str, Any] = {}
     if cfg.reproduce.build_corpus:
-        timings["corpus"] = {"seconds": round(build_corpus(cfg), 1), "cached": False}
+        timings["corpus"] = build_corpus(cfg)
     arms = {}
     for i, (name, arm_cfg) in enumerate(arm_cfgs.items(), 1):
         log.info("arm %d/%d: %s (%s attention)", i, len(arm_cfgs), name,

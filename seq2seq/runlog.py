@@ -51,8 +51,11 @@ class RunLog:
         self._handlers[0].setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S")
         )
-        if not logging.getLogger().handlers:  # outside Hydra nobody prints to the console
+        # Under Hydra the root logger prints to the console; elsewhere nobody does.
+        self.console_logger = logging.getLogger()
+        if not self.console_logger.handlers:
             self._handlers.append(logging.StreamHandler(sys.stderr))
+            self.console_logger = self.logger
         for handler in self._handlers:
             self.logger.addHandler(handler)
 
@@ -84,8 +87,10 @@ class RunLog:
 
     def progress(self, total: int | None, initial: int) -> tqdm:
         """A step progress bar (stderr, hidden when it is not a terminal)."""
+        # tqdm's own ETA ignores max_minutes; the loop puts the real one in the postfix
         return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True,
-                    disable=None, file=sys.stderr, leave=True)
+                    disable=None, file=sys.stderr, leave=True,
+                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]")
 
     def close(self) -> None:
         for handler in self._handlers:

@@ -361,7 +361,7 @@ def run_training(run: Run) -> Progress:
     window = Window()
     p.stop_reason = stop_reason(run)  # a resumed run may have nothing left to do
     bar = run.log.progress(None, p.step)
-    with logging_redirect_tqdm([run.log.logger]), bar:
+    with logging_redirect_tqdm([run.log.console_logger]), bar:
         while not p.stop_reason:
             batches = epoch_batches(run)
             bar.total = bar.total or total_steps(run, len(batches))
@@ -381,6 +381,7 @@ def run_training(run: Run) -> Progress:
                     log_train(run, window, bar)
                 if p.step % t.valid_every == 0:
                     validate_and_log(run)
+                    p.elapsed_s = elapsed_before + time.perf_counter() - start
                 p.stop_reason = stop_reason(run)
                 if p.stop_reason:
                     break
@@ -407,8 +408,8 @@ def log_train(run: Run, window: Window, bar: Any) -> None:
     lr = run.optimizer.param_groups[0]["lr"]
     run.log.metrics(step=p.step, epoch=p.epoch, train_loss=loss, lr=lr, elapsed_s=p.elapsed_s,
                     tgt_tok_per_s=window.tgt_per_s(), src_tok_per_s=window.src_per_s())
-    bar.set_postfix(loss=f"{loss:.3f}", tgt_tok_s=f"{window.tgt_per_s():,.0f}",
-                    eta=format_duration(time_left(run, bar.total)), refresh=False)
+    bar.set_postfix({"tgt tok/s": f"{window.tgt_per_s():,.0f}", "loss": f"{loss:.3f}",
+                     "eta": format_duration(time_left(run, bar.total))}, refresh=False)
     run.log.info("step %d epoch %d: loss %.4f lr %.2e %.0f tgt tok/s",
                  p.step, p.epoch, loss, lr, window.tgt_per_s())
     window.reset()
@@ -438,7 +439,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "steps": p.step,
         "epochs_completed": p.epoch,
         "stop_reason": p.stop_reason,
-        "best_dev_bleu": p.best_bleu,
+        "best_dev_bleu": None if math.isnan(p.best_bleu) else p.best_bleu,
         "best_step": p.best_step,
         "wall_time_s": round(p.elapsed_s, 1),
         "train_time_s": round(p.train_s, 1),
@@ -454,11 +455,11 @@ def train_main(cfg: DictConfig) -> Path:
     """`seq2seq-train`: train one model into ``cfg.run_dir`` and return that folder."""
     run = setup(cfg)
     try:
-        run_training(run)
+        p = run_training(run)
         summary = summarize(run)
         run.log.write_json("summary.json", summary)
         run.log.info("done (%s): %d steps, best dev BLEU %.2f at step %d, %.0f tgt tok/s, %.0f s",
-                     summary["stop_reason"], summary["steps"], summary["best_dev_bleu"],
+                     summary["stop_reason"], summary["steps"], p.best_bleu,
                      summary["best_step"], summary["mean_tgt_tok_per_s"], summary["wall_time_s"])
     finally:
         run.log.close()

@@ -1,9 +1,9 @@
 """Translate sentences with a trained run: the Python API and the `seq2seq-translate` app.
 
-    >>> from seq2seq.translate import Translator
-    >>> t = Translator.from_run("runs/short_bahdanau")
-    >>> [r] = t.translate(["En el principio creó Dios los cielos y la tierra."], beam=5)
-    >>> r.text, r.src_tokens, r.tgt_tokens, r.score, r.attention.shape
+    from seq2seq.translate import Translator
+    t = Translator.from_run("runs/short_bahdanau")      # a run folder or a .pt in one
+    [r] = t.translate(["En el principio creó Dios los cielos y la tierra."], beam=5)
+    r.text, r.src_tokens, r.tgt_tokens, r.score, r.attention  # (len(tgt), len(src))
 
 `seq2seq-translate run=<run folder or checkpoint> [beam=5]` opens the interactive prompt
 (:mod:`seq2seq.repl`) when standard input is a terminal; otherwise it is a filter:
@@ -25,7 +25,7 @@ from seq2seq.errors import CheckpointError, ConfigError
 
 # The RNN has no hard length limit, but a pasted page would make beam search slow and
 # memory-hungry for an output nobody trained for: inputs are capped at this many
-# subwords per training word (train.max_src_words), unless translate.max_src_tokens says.
+# subwords per training word (train.max_src_words), unless max_src_tokens= says otherwise.
 TOKENS_PER_TRAINING_WORD = 4
 
 
@@ -96,6 +96,8 @@ class Translator:
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"device={device} but no CUDA device is visible: use device=cpu or auto")
         model, tokenizers, cfg = load_model(path, device=device)
         if max_src_tokens <= 0:
             max_src_tokens = TOKENS_PER_TRAINING_WORD * int(cfg.train.max_src_words)
@@ -215,8 +217,17 @@ def run_filter(translator: Translator, lines: IO[bytes], out: IO[str], err: IO[s
     return n
 
 
+def check_run_exists(run: str) -> None:
+    """Fail on a mistyped run path at once, before the slow torch import."""
+    path = Path(run).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist: pass a run folder written by "
+                              "seq2seq-train or a .pt file in it")
+
+
 def translator_from_config(cfg: Any) -> Translator:
     """The Translator a checked TranslateConfig (seq2seq.config.validate_translate) describes."""
+    check_run_exists(cfg.run)
     if cfg.threads > 0:
         import torch
 
@@ -233,10 +244,7 @@ def run_interactive(cfg: Any) -> None:
 
     from seq2seq.repl import Repl
 
-    run = Path(cfg.run).expanduser()
-    if not run.exists():  # the common typo fails before the prompt, not after
-        raise CheckpointError(f"{run} does not exist: pass a run folder written by "
-                              "seq2seq-train or a .pt file in it")
+    check_run_exists(cfg.run)  # the common typo fails before the prompt, not after it
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-model") as pool:
         Repl(pool.submit(translator_from_config, cfg), cfg).run()
 

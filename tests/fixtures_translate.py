@@ -1,12 +1,11 @@
 """Helpers for the translate/REPL tests: a word-level tokenizer stand-in with a small
 model (API and REPL tests in milliseconds), and a real run folder trained through
-seq2seq-data and seq2seq-train on a synthetic corpus (for the command-line tests)."""
+seq2seq-data and seq2seq-train on conftest's tiny corpus (for the command-line tests)."""
 
 from __future__ import annotations
 
 import atexit
 import functools
-import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -104,57 +103,26 @@ def trained_word_translator() -> Translator:
 
 # ---------------------------------------------------------------- a real run folder
 
-LEXICON = {"el": "the", "la": "the", "perro": "dog", "gato": "cat", "niño": "boy", "pan": "bread",
-           "libro": "book", "casa": "house", "niña": "girl", "agua": "water", "come": "eats",
-           "ve": "sees", "bebe": "drinks", "tiene": "has", "grande": "big", "rojo": "red"}
-
-
-def synthetic_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
-    """'el perro rojo ve la casa .' -> 'the red dog sees the house .' (adjectives move)."""
-    rng = random.Random(seed)
-
-    def phrase() -> tuple[str, str]:
-        art, noun = rng.choice([("el", "perro"), ("el", "gato"), ("el", "niño"), ("el", "pan"),
-                                ("el", "libro"), ("la", "casa"), ("la", "niña"), ("la", "agua")])
-        if rng.random() < 0.4:
-            adj = rng.choice(["grande", "rojo"])
-            return f"{art} {noun} {adj}", f"the {LEXICON[adj]} {LEXICON[noun]}"
-        return f"{art} {noun}", f"the {LEXICON[noun]}"
-
-    pairs = []
-    for _ in range(n):
-        (s1, t1), (s2, t2) = phrase(), phrase()
-        verb = rng.choice(["come", "ve", "bebe", "tiene"])
-        pairs.append((f"{s1} {verb} {s2} .", f"{t1} {LEXICON[verb]} {t2} ."))
-    return pairs
-
 
 @functools.cache
-def tiny_run() -> Path:
-    """A run folder (best.pt, last.pt, tokenizer/) from the real pipeline: seq2seq-data on
-    a synthetic TSV, then a few seconds of seq2seq-train. Built once per test process."""
+def trained_run(train_overrides: tuple[str, ...]) -> Path:
+    """A run folder (best.pt, last.pt, tokenizer/) trained for a few seconds by the real
+    seq2seq-train on conftest's tiny corpus (``tiny_train_overrides``); once per process,
+    so test_translate and test_repl share it."""
     from hydra import compose, initialize_config_dir
 
     from seq2seq.cli import CONFIG_DIR
-    from seq2seq.corpus import build_corpus
     from seq2seq.train import train_main
 
     root = Path(tempfile.mkdtemp(prefix="seq2seq-translate-tests-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    tsv = root / "pairs.tsv"
-    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in synthetic_pairs(600)), encoding="utf-8")
-    overrides = [
-        "data=local", f"data.train_file={tsv}", "data.name=toy", f"data.root={root / 'data'}",
-        "data.test_per_bucket=5", "data.valid_size=20", "tokenizer.vocab_size=60",
-        "experiment=debug", "train.max_steps=80", "train.lr=0.01", "train.valid_every=40",
-        "train.valid_bleu_sentences=0", "train.threads=1", "train.log_every=40",
-        f"run_dir={root / 'run'}",
-    ]
+    overrides = [*train_overrides, "model.emb_size=32", "model.hidden_size=32",
+                 "train.max_steps=150", "train.lr=0.01", "train.valid_every=75",
+                 "train.valid_bleu_sentences=0", f"run_dir={root / 'run'}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     threads = torch.get_num_threads()
     try:
-        build_corpus(cfg.data)
         return train_main(cfg)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads)  # training set its own thread count

@@ -146,6 +146,15 @@ def test_cache_is_written_and_reused(tmp_path) -> None:
     assert [p.name for p in cache.parent.iterdir()] == ["train-abc.npz"]  # no temp file left
 
 
+def test_damaged_cache_is_rebuilt(tmp_path) -> None:
+    dataset = {"translation": make_pairs(20)}
+    cache = tmp_path / "train-abc.npz"
+    cache.write_bytes(b"PK\x03\x04 truncated")
+    enc = batching.load_or_encode(dataset, Pair(), "es", "en", cache)
+    assert len(enc) == 20
+    assert len(batching.load_or_encode(dataset, ExplodingTokenizers(), "es", "en", cache)) == 20
+
+
 def test_cache_key_changes_with_its_parts() -> None:
     assert batching.cache_key("a", 1) == batching.cache_key("a", 1)
     assert batching.cache_key("a", 1) != batching.cache_key("a", 2)

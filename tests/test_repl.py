@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fixtures_translate import trained_run, trained_word_translator
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
@@ -22,7 +23,6 @@ from seq2seq.errors import CheckpointError, Seq2SeqError
 from seq2seq.heatmap import render_heatmap, save_heatmap, shade
 from seq2seq.repl import Repl, make_session
 from seq2seq.translate import Translator
-from tests.fixtures_translate import tiny_run, trained_word_translator
 
 CTRL_C, CTRL_D = "\x03", "\x04"
 
@@ -270,12 +270,13 @@ def test_save_heatmap(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the real prompt, in a terminal
 
 
-def test_interactive_session_in_a_terminal(tmp_path: Path) -> None:
+def test_interactive_session_in_a_terminal(tmp_path: Path, tiny_train_overrides: list[str]) -> None:
     """`seq2seq-translate run=...` on a pseudo-terminal: prompt, translate, :attn, :save,
     Ctrl-C at the prompt, Ctrl-D leaves with exit status 0."""
     pexpect = pytest.importorskip("pexpect")
-    run = tiny_run()
-    expected = Translator.from_run(run).translate(["el perro rojo ve la casa ."], beam=5)[0].text
+    run = trained_run(tuple(tiny_train_overrides))
+    expected = Translator.from_run(run).translate(["el perro rojo ve la casa"], beam=5)[0].text
+    assert expected
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(repo), "TERM": "dumb"}
     child = pexpect.spawn(
@@ -286,7 +287,7 @@ def test_interactive_session_in_a_terminal(tmp_path: Path) -> None:
     try:
         child.expect_exact(":help for commands")
         child.expect_exact("> ")
-        child.sendline("el perro rojo ve la casa .")
+        child.sendline("el perro rojo ve la casa")
         child.expect_exact(expected)
         child.expect_exact("> ")
         child.sendline(":attn")
@@ -310,4 +311,4 @@ def test_interactive_session_in_a_terminal(tmp_path: Path) -> None:
         child.close()
     assert child.exitstatus == 0, child.before
     assert (tmp_path / "a.png").stat().st_size > 0
-    assert "el perro rojo ve la casa ." in (tmp_path / "history").read_text()
+    assert "el perro rojo ve la casa" in (tmp_path / "history").read_text()

@@ -12,6 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from fixtures_translate import (
+    PAIRS,
+    trained_run,
+    trained_word_translator,
+    word_translator,
+)
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import batching
@@ -24,7 +31,6 @@ from seq2seq.translate import (
     run_filter,
     translator_from_config,
 )
-from tests.fixtures_translate import PAIRS, tiny_run, trained_word_translator, word_translator
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +187,9 @@ def test_missing_or_corrupt_runs_are_checkpoint_errors(tmp_path: Path) -> None:
         translator_from_config(_cfg())
     with pytest.raises(CheckpointError, match="holds no best.pt or last.pt"):
         Translator.from_run(tmp_path)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA device is visible"):
+            Translator.from_run(tmp_path, device="cuda")
     (tmp_path / "best.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="corrupt"):
         Translator.from_run(tmp_path)
@@ -200,12 +209,12 @@ def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def run_dir() -> Path:
-    return tiny_run()
+def run_dir(tiny_train_overrides: list[str]) -> Path:
+    return trained_run(tuple(tiny_train_overrides))
 
 
 def test_filter_mode_end_to_end(run_dir: Path) -> None:
-    lines = ["el perro rojo ve la casa .", "", "la niña bebe el agua .", "el gato tiene el libro ."]
+    lines = ["el perro rojo ve la casa", "", "la niña bebe el agua", "el gato come pan hoy"]
     raw = "\n".join(lines[:2]).encode() + b"\n\xffla ni\xc3a bebe\n" + "\n".join(lines[2:]).encode()
     proc = cli(f"run={run_dir}", "beam=3", stdin=raw)
     assert proc.returncode == 0, proc.stderr.decode()
@@ -238,4 +247,5 @@ def test_corrupt_checkpoint_is_one_line_and_exit_2(run_dir: Path, tmp_path: Path
     (broken / "best.pt").write_bytes(data[: len(data) // 2])
     _one_line_error(cli(f"run={broken}", stdin=b"hola\n"), "is corrupt or truncated")
     shutil.rmtree(broken / "tokenizer")
-    _one_line_error(cli(f"run={broken}/last.pt", stdin=b"hola\n"), "tokenizer")
+    with pytest.raises(CheckpointError, match="tokenizer/ folder"):
+        Translator.from_run(broken / "last.pt")
