@@ -89,6 +89,8 @@ class Translator:
 
         ``max_src_tokens=0`` caps inputs at 4 subwords per word of the run's
         ``train.max_src_words``. CheckpointError if the run is missing or corrupt.
+        Decoding a few sentences at a time is fastest with ``torch.set_num_threads(1)``
+        (the command line does that by default; this API leaves torch's setting alone).
         """
         import torch
 

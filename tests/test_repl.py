@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from fixtures_translate import trained_run, trained_word_translator
+from fixtures_translate import trained_run, trained_word_translator, word_translator
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
@@ -178,8 +178,6 @@ def test_unusable_history_file_falls_back_to_memory(translator: Translator,
 
 
 def test_long_input_warns_once_and_still_translates() -> None:
-    from tests.fixtures_translate import word_translator
-
     out, err = drive(word_translator(max_src_tokens=2), f"la tierra y dios\n{CTRL_D}")
     assert len(body(out)) == 1
     assert err == ("warning: this line: input cut to the model's maximum of 2 subwords; "
