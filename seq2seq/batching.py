@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.errors import ConfigError, DataError
 
 # Pairs sorted together: this many batches' worth. Larger pools pad less but
 # make batches of similar lengths follow each other more often.
@@ -279,3 +280,44 @@ def collate(enc: EncodedSplit, idx: np.ndarray) -> Batch:
         n_src_tokens=int(src_lens.sum()),
         n_tgt_tokens=int(tgt_lens.sum()) + n,
     )
+
+
+@dataclass
+class TrainingData:
+    """The encoded train and valid splits, with the pairs the loop may use."""
+
+    train: EncodedSplit
+    train_idx: np.ndarray  # (n_kept,) pairs within the length limit
+    dropped: int  # training pairs dropped by the length limit (or empty)
+    valid: EncodedSplit
+    valid_idx: np.ndarray  # (n_valid,) dev pairs with both sides non-empty
+    valid_refs: list[str]  # dev target text as in the corpus, the references of dev BLEU
+
+
+def training_data(
+    corpus: Any, tokenizers: Any, src_lang: str, tgt_lang: str, max_src_words: int,
+    cache_dir: Path | None = None,
+) -> TrainingData:
+    """Encode ``corpus['train']`` and ``corpus['valid']`` (cached) and apply the length limit.
+
+    ``corpus`` is the DatasetDict of :func:`seq2seq.corpus.load_corpus`. The cache
+    file name covers the split's datasets fingerprint and the tokenizer models.
+    """
+    tok_key = tokenizer_fingerprint(tokenizers)
+    splits = {}
+    for name in ("train", "valid"):
+        if name not in corpus:
+            raise DataError(f"the corpus has no {name!r} split: rebuild it with seq2seq-data")
+        key = cache_key(getattr(corpus[name], "_fingerprint", None), len(corpus[name]), tok_key,
+                        src_lang, tgt_lang)
+        cache = cache_dir / f"{name}-{key}.npz" if cache_dir is not None else None
+        splits[name] = load_or_encode(corpus[name], tokenizers, src_lang, tgt_lang, cache)
+    train_idx, dropped = length_filter(splits["train"], max_src_words)
+    if len(train_idx) == 0:
+        raise ConfigError(f"no training pair has at most train.max_src_words={max_src_words} "
+                          "source words: raise train.max_src_words")
+    valid_idx, _ = length_filter(splits["valid"], np.iinfo(np.int32).max)
+    if len(valid_idx) == 0:
+        raise DataError("the corpus's valid split is empty: rebuild it with seq2seq-data")
+    refs = [pair[tgt_lang] for pair in corpus["valid"]["translation"]]
+    return TrainingData(splits["train"], train_idx, dropped, splits["valid"], valid_idx, refs)

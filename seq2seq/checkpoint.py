@@ -160,19 +160,30 @@ def resume_checkpoint(run_dir: str | Path, resume: bool) -> Path | None:
     return None
 
 
-def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> None:
+# where a corpus lives may change between runs; what it holds may not
+_MAY_MOVE = {"data": ("root", "sword_path")}
+
+
+def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
     """A resumed run must keep the checkpoint's model, data and tokenizer settings.
 
-    ``saved`` is the checkpoint's ``config``; train settings may change (e.g. a
-    larger ``max_steps``), the rest would not fit the saved weights or data.
+    ``saved`` is the checkpoint's ``config``. Raises CheckpointError when one of
+    those differs (the weights or the data would not fit); returns the train
+    settings that differ (allowed, e.g. a larger ``max_steps``, but a changed
+    ``batch_tokens`` or ``seed`` changes the batch order) so the caller can warn.
     """
     now = OmegaConf.to_container(cfg, resolve=True)
     for section in ("model", "data", "tokenizer"):
-        if saved.get(section) != now[section]:
-            diff = [k for k in now[section] if saved.get(section, {}).get(k) != now[section][k]]
+        old = saved.get(section, {})
+        diff = [k for k in now[section]
+                if k not in _MAY_MOVE.get(section, ()) and old.get(k) != now[section][k]]
+        if diff:
             raise CheckpointError(
-                f"cannot resume: {section}.{', '.join(diff) or '*'} differ from the checkpoint's "
+                f"cannot resume: {section}.{', '.join(diff)} differ from the checkpoint's "
                 "config; resume with the same settings (see config.yaml in the run folder)")
+    old_train = saved.get("train", {})
+    return [f"train.{k}: {old_train.get(k)} -> {v}" for k, v in now["train"].items()
+            if k != "resume" and old_train.get(k) != v]
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> DictConfig:

@@ -45,6 +45,7 @@ from seq2seq.reproduce_report import criteria, render_report
 log = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 ARMS_DIR, APERTIUM = "arms", "apertium"
+PHASE_FILE = "reproduce_phase.json"  # in each arm's folder: wall time of its training phase
 _SETUP_SECTIONS = ("data", "tokenizer", "model", "train")
 
 
@@ -130,25 +131,42 @@ def build_corpus(cfg: DictConfig) -> dict[str, Any]:
 def train_arm(name: str, arm_cfg: DictConfig) -> dict[str, Any]:
     """Train one arm unless it has finished; resume it if it has a ``last.pt``.
 
-    Returns its ``summary.json`` plus ``parameters`` and ``trained_now`` (seconds of
-    training in this invocation, 0 when skipped).
+    Returns its ``summary.json`` plus ``parameters``, ``phase_s`` (wall time of the
+    whole training phase: set-up, steps, validations, checkpoints; summed over
+    resumed invocations) and ``trained_now`` (False when it was reused).
     """
     from seq2seq.train import train_main
 
     run_dir = Path(arm_cfg.run_dir)
-    start = time.perf_counter()
-    if (run_dir / "summary.json").is_file():
-        check_finished_arm(arm_cfg)
-        log.info("arm %s: finished before (%s), not trained again", name, run_dir)
-    else:
+    phase_file = run_dir / PHASE_FILE
+    trained_now = not (run_dir / "summary.json").is_file()
+    if trained_now:
         arm_cfg.train.resume = (run_dir / LAST).is_file()
         log.info("arm %s: %s training in %s", name,
                  "resuming" if arm_cfg.train.resume else "starting", run_dir)
-        train_main(arm_cfg)
+        before = _read_phase(phase_file) if arm_cfg.train.resume else 0.0
+        start = time.perf_counter()
+        try:
+            train_main(arm_cfg)
+        finally:  # an interrupted phase still counts when the arm is resumed
+            if run_dir.is_dir():
+                phase_file.write_text(json.dumps(
+                    {"phase_s": round(before + time.perf_counter() - start, 1)}) + "\n")
+    else:
+        check_finished_arm(arm_cfg)
+        log.info("arm %s: finished before (%s), not trained again", name, run_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["parameters"] = json.loads((run_dir / "params.json").read_text())["parameters"]
-    summary["trained_now_s"] = round(time.perf_counter() - start, 1)
+    summary["phase_s"] = _read_phase(phase_file) or summary.get("wall_time_s")
+    summary["trained_now"] = trained_now
     return summary
+
+
+def _read_phase(path: Path) -> float:
+    try:
+        return float(json.loads(path.read_text())["phase_s"])
+    except (OSError, ValueError, KeyError):
+        return 0.0
 
 
 def _groups(cfg: DictConfig) -> dict[str, list[str]]:
@@ -232,8 +250,8 @@ def reproduce_main(cfg: DictConfig) -> Path:
                  arm_cfg.model.attention.name)
         arms[name] = train_arm(name, arm_cfg)
         arms[name]["spec"] = OmegaConf.to_container(cfg.reproduce.arms[name])
-        timings[f"train {name}"] = {"seconds": arms[name]["wall_time_s"],
-                                    "cached": arms[name]["trained_now_s"] < 1.0}
+        timings[f"train {name}"] = {"seconds": arms[name]["phase_s"],
+                                    "cached": not arms[name]["trained_now"]}
     splits, plot_systems = {}, None
     for split_name in cfg.reproduce.splits:
         splits[split_name], _ = evaluate_split(cfg, split_name, timings)

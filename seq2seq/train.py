@@ -66,18 +66,6 @@ class Progress:
 
 
 @dataclass
-class Data:
-    """Encoded train/valid splits and what the loop needs to read them."""
-
-    train: batching.EncodedSplit
-    train_idx: np.ndarray  # pairs kept by the length filter
-    dropped: int
-    valid: batching.EncodedSplit
-    valid_idx: np.ndarray
-    valid_refs: list[str]  # detokenized target side, for dev BLEU
-
-
-@dataclass
 class Run:
     """Everything the loop works with, built once by :func:`setup`."""
 
@@ -88,7 +76,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     tokenizers: Any
-    data: Data
+    data: batching.TrainingData
     progress: Progress = field(default_factory=Progress)
 
 
@@ -156,27 +144,6 @@ def check_model_config(model_cfg: DictConfig) -> None:
     build_model(model_cfg, 16, 16)
 
 
-def prepare_data(corpus: Any, tokenizers: Any, cfg: DictConfig) -> Data:
-    """Encode train and valid once (cached next to the corpus) and apply the length filter."""
-    d = cfg.data
-    tok_key = batching.tokenizer_fingerprint(tokenizers)
-    splits = {}
-    for name in ("train", "valid"):
-        if name not in corpus:
-            raise Seq2SeqError(f"corpus {corpus_dir(d)} has no {name!r} split: rebuild it with seq2seq-data")
-        key = batching.cache_key(corpus[name]._fingerprint, tok_key, d.src_lang, d.tgt_lang)
-        cache = corpus_dir(d) / "cache" / f"{name}-{key}.npz"
-        splits[name] = batching.load_or_encode(corpus[name], tokenizers, d.src_lang, d.tgt_lang, cache)
-    train_idx, dropped = batching.length_filter(splits["train"], cfg.train.max_src_words)
-    if len(train_idx) == 0:
-        raise ConfigError(
-            f"no training pair has at most train.max_src_words={cfg.train.max_src_words} "
-            "source words: raise train.max_src_words")
-    valid_idx, _ = batching.length_filter(splits["valid"], 10**9)
-    refs = [pair[d.tgt_lang] for pair in corpus["valid"]["translation"]]
-    return Data(splits["train"], train_idx, dropped, splits["valid"], valid_idx, refs)
-
-
 def setup(cfg: DictConfig) -> Run:
     """Everything before the first step; fails fast on config, corpus and checkpoint problems."""
     t = cfg.train
@@ -188,12 +155,13 @@ def setup(cfg: DictConfig) -> Run:
     check_model_config(cfg.model)
     corpus = load_corpus(cfg.data)
     ckpt = load_checkpoint(resume_from) if resume_from else None
+    changed = check_same_setup(ckpt["config"], cfg) if ckpt is not None else []
     if ckpt is not None:
-        check_same_setup(ckpt["config"], cfg)
         tokenizers = Tokenizers.load(run_dir / TOKENIZER_DIR)
     else:
         tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
-    data = prepare_data(corpus, tokenizers, cfg)
+    data = batching.training_data(corpus, tokenizers, cfg.data.src_lang, cfg.data.tgt_lang,
+                                  cfg.train.max_src_words, cache_dir=corpus_dir(cfg.data) / "cache")
 
     seed_everything(t.seed)
     model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
@@ -208,6 +176,8 @@ def setup(cfg: DictConfig) -> Run:
         restore_rng_state(ckpt["rng"])
         log.info("resumed from %s at step %d (epoch %d, batch %d)", resume_from,
                  run.progress.step, run.progress.epoch, run.progress.batch_index)
+        for change in changed:
+            log.warning("resuming with a changed setting: %s", change)
     else:
         tokenizers.save(run_dir / TOKENIZER_DIR)
     write_run_info(run, threads)
@@ -221,6 +191,8 @@ def write_run_info(run: Run, threads: int) -> None:
     d = run.data
     run.log.info("device %s, %d threads; %s attention, %d parameters", run.device, threads,
                  run.cfg.model.attention.name, n_params)
+    if run.cfg.train.bf16 and run.device.type != "cuda":
+        run.log.warning("train.bf16=true is ignored on %s: bf16 autocast is used on CUDA only", run.device)
     run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
                  "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
                  len(d.valid_idx))
