@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import ATTENTION_VARIANTS as VARIANTS
+from model_helpers import one_thread  # noqa: F401  (autouse fixture)
+from model_helpers import variant_id as _ids
 
 from seq2seq.attention import (
     ATTENTIONS,
@@ -17,25 +20,6 @@ from seq2seq.errors import ConfigError
 
 ENC, DEC = 10, 6  # a bidirectional encoder (2 x 5) feeding a smaller decoder
 
-VARIANTS = [AttentionConfig(name="none"), AttentionConfig(name="bahdanau")] + [
-    AttentionConfig(name="luong", score=score, input_feeding=feeding)
-    for score in LUONG_SCORES for feeding in (True, False)
-]
-
-
-def _ids(cfg: AttentionConfig) -> str:
-    if cfg.name != "luong":
-        return cfg.name
-    return f"luong-{cfg.score}-{'feed' if cfg.input_feeding else 'nofeed'}"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny tensors: one thread is faster and immune to other processes on the cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _inputs(dtype=torch.float32, seed=0):

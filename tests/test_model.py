@@ -8,35 +8,19 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from model_helpers import ATTENTION_VARIANTS as ATTENTIONS
+from model_helpers import one_thread  # noqa: F401  (autouse fixture)
+from model_helpers import reverse_task as _reverse_task
+from model_helpers import variant_id as _ids
 from omegaconf import OmegaConf
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.attention import LUONG_SCORES
 from seq2seq.config import AttentionConfig, ModelConfig
-from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.constants import BOS_ID, PAD_ID
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.model import build_model, count_parameters
 
 V = 17
-ATTENTIONS = [AttentionConfig(name="none"), AttentionConfig(name="bahdanau")] + [
-    AttentionConfig(name="luong", score=score, input_feeding=feeding)
-    for score in LUONG_SCORES for feeding in (True, False)
-]
-
-
-def _ids(cfg: AttentionConfig) -> str:
-    if cfg.name != "luong":
-        return cfg.name
-    return f"luong-{cfg.score}-{'feed' if cfg.input_feeding else 'nofeed'}"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny models: one thread is faster and immune to other processes on the cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _model(att: AttentionConfig, rnn: str = "gru", **kw):
@@ -266,19 +250,6 @@ def test_bad_batches_are_refused_with_a_clear_error():
         model(src, lens, tgt_in[:2])
 
 
-def _reverse_task(n: int = 32, vocab: int = 12, seed: int = 0):
-    """Random sequences of 3-7 symbols; target = the sequence reversed + EOS."""
-    gen = torch.Generator().manual_seed(seed)
-    lens = torch.randint(3, 8, (n,), generator=gen)
-    src = torch.full((n, 7), PAD_ID)
-    tgt = torch.full((n, 9), PAD_ID)
-    for i, length in enumerate(lens.tolist()):
-        seq = torch.randint(4, vocab, (length,), generator=gen)
-        src[i, :length] = seq
-        tgt[i, 0] = BOS_ID
-        tgt[i, 1:length + 1] = seq.flip(0)
-        tgt[i, length + 1] = EOS_ID
-    return src, lens, tgt[:, :-1], tgt[:, 1:]
 
 
 LOSS_BOUND = 0.05  # mean token cross-entropy (nats) after 60 full-batch Adam steps

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
+from model_helpers import (
+    one_thread,  # noqa: F401  (autouse fixture)
+    reverse_task,
+)
 from torch import nn
 
 from seq2seq.config import AttentionConfig, ModelConfig
@@ -19,27 +23,6 @@ from seq2seq.search import Hypothesis, beam_search, greedy, length_penalty
 VOCAB = 12
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _reverse_task(n: int = 32, seed: int = 0):
-    """Sequences of 3-7 symbols (ids 4..11); target = the sequence reversed + EOS."""
-    gen = torch.Generator().manual_seed(seed)
-    lens = torch.randint(3, 8, (n,), generator=gen)
-    src = torch.full((n, 7), PAD_ID)
-    tgt = torch.full((n, 9), PAD_ID)
-    for i, length in enumerate(lens.tolist()):
-        seq = torch.randint(4, VOCAB, (length,), generator=gen)
-        src[i, :length] = seq
-        tgt[i, 0] = BOS_ID
-        tgt[i, 1:length + 1] = seq.flip(0)
-        tgt[i, length + 1] = EOS_ID
-    return src, lens, tgt[:, :-1], tgt[:, 1:]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +33,7 @@ def trained():
     cfg = ModelConfig(emb_size=32, hidden_size=64, dropout=0.1,
                       attention=AttentionConfig(name="bahdanau"))
     model = build_model(cfg, VOCAB, VOCAB)
-    src, lens, tgt_in, tgt_out = _reverse_task()
+    src, lens, tgt_in, tgt_out = reverse_task(vocab=VOCAB)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(80):
         loss = F.cross_entropy(model(src, lens, tgt_in).flatten(0, 1), tgt_out.flatten(),

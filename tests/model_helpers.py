@@ -1,0 +1,50 @@
+"""Shared pieces of the model, attention and search tests (imported, not collected)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.attention import LUONG_SCORES
+from seq2seq.config import AttentionConfig
+from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
+
+# every attention, and Luong with every score, with and without input feeding
+ATTENTION_VARIANTS = [AttentionConfig(name="none"), AttentionConfig(name="bahdanau")] + [
+    AttentionConfig(name="luong", score=score, input_feeding=feeding)
+    for score in LUONG_SCORES for feeding in (True, False)
+]
+
+
+def variant_id(cfg: AttentionConfig) -> str:
+    """A readable pytest id for an attention config."""
+    if cfg.name != "luong":
+        return cfg.name
+    return f"luong-{cfg.score}-{'feed' if cfg.input_feeding else 'nofeed'}"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # tiny models: one thread is faster and immune to other processes on the cores
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def reverse_task(n: int = 32, vocab: int = 12, seed: int = 0):
+    """Random sequences of 3-7 symbols (ids 4..vocab-1); target = the sequence reversed + EOS.
+
+    Returns src (n, 7), src_lens (n,), tgt_in (n, 8), tgt_out (n, 8).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    lens = torch.randint(3, 8, (n,), generator=gen)
+    src = torch.full((n, 7), PAD_ID)
+    tgt = torch.full((n, 9), PAD_ID)
+    for i, length in enumerate(lens.tolist()):
+        seq = torch.randint(4, vocab, (length,), generator=gen)
+        src[i, :length] = seq
+        tgt[i, 0] = BOS_ID
+        tgt[i, 1:length + 1] = seq.flip(0)
+        tgt[i, length + 1] = EOS_ID
+    return src, lens, tgt[:, :-1], tgt[:, 1:]
