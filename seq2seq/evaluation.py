@@ -129,7 +129,7 @@ def decode_run(run: str | Path, split_name: str, ev: Any, name: str | None = Non
     batch_tokens, device, threads). The cache lives in ``<run folder>/eval/cache/``.
     """
     from seq2seq.checkpoint import load_model
-    from seq2seq.train import resolve_device, set_threads
+    from seq2seq.runtime import resolve_device, set_threads
 
     ckpt_path, _, split = run_split(run, split_name)
     key = cache_key(file_digest(ckpt_path), split.fingerprint, ev.beam, ev.alpha,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,7 +39,9 @@ from seq2seq.constants import PAD_ID
 from seq2seq.corpus import corpus_dir, load_corpus
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model import build_model, count_parameters
+from seq2seq.optim import build_optimizer
 from seq2seq.runlog import RunLog, Window, format_duration
+from seq2seq.runtime import resolve_device, seed_everything, set_threads
 from seq2seq.search import greedy
 from seq2seq.tokenizer import Tokenizers, load_or_train
 
@@ -81,51 +81,6 @@ class Run:
 
 
 # ---------------------------------------------------------------- set-up
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name} but no CUDA device is visible: use train.device=auto or cpu")
-    return torch.device(name)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
-
-
-def set_threads(threads: int) -> int:
-    n = threads if threads > 0 else len(os.sched_getaffinity(0))
-    torch.set_num_threads(n)
-    return n
-
-
-def build_optimizer(model: torch.nn.Module, t: DictConfig) -> tuple[torch.optim.Optimizer, Any]:
-    """Adam plus the schedule of ``train.lr_schedule``.
-
-    plateau: multiply by ``lr_decay`` when dev loss has not improved for
-    ``lr_patience`` validations (stepped in :func:`validate`); constant and
-    inverse_sqrt: a per-step LambdaLR with linear warm-up over ``warmup_steps``.
-    """
-    optimizer = torch.optim.Adam(model.parameters(), lr=t.lr)
-    if t.lr_schedule == "plateau":
-        return optimizer, torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience, min_lr=t.min_lr)
-    warmup, floor = t.warmup_steps, min(1.0, t.min_lr / t.lr)
-    inverse_sqrt = t.lr_schedule == "inverse_sqrt"
-
-    def factor(step: int) -> float:
-        s = step + 1
-        if warmup and s < warmup:
-            return s / warmup
-        if not inverse_sqrt:
-            return 1.0
-        return max(floor, math.sqrt(max(warmup, 1) / s))
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def check_train_config(t: DictConfig) -> None:

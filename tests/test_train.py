@@ -225,7 +225,7 @@ def test_resume_errors(tiny_train_overrides, tmp_path: Path) -> None:
 
 
 def test_lr_schedules() -> None:
-    from seq2seq.train import build_optimizer
+    from seq2seq.optim import build_optimizer
 
     def lrs(schedule: str, warmup: int, steps: int = 8) -> list[float]:
         t = OmegaConf.create({"lr": 1.0, "lr_schedule": schedule, "warmup_steps": warmup,
