@@ -61,12 +61,12 @@ def _check_counts(scores_by_system: Mapping[str, Mapping[str, Any]]) -> dict[str
     return counts
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     """JSON-safe copy: tuples become lists, NaN and infinities become null."""
     if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
@@ -119,7 +119,7 @@ def write_results(
     payload = {"systems": scores, "comparison": comparison, "ratio_trend": trend}
     json_path, csv_path = out / f"{stem}.json", out / f"{stem}.csv"
     json_path.write_text(
-        json.dumps(_jsonable(payload), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+        json.dumps(jsonable(payload), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
         encoding="utf-8",
     )
     _write_csv(csv_path, CSV_FIELDS, csv_rows(scores, comparison))

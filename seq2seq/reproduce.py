@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -212,17 +211,6 @@ def _timing(system: SystemOutput) -> dict[str, Any]:
     return {"seconds": round(system.seconds, 1), "cached": system.cached}
 
 
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN and infinities become null, tuples lists."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
 def _command() -> str:
     """The command line that started this run (Hydra's overrides), for the report."""
     try:
@@ -270,7 +258,7 @@ def reproduce_main(cfg: DictConfig) -> Path:
     }
     results["criteria"] = criteria(results)
     (out_dir / "results.json").write_text(
-        json.dumps(_clean(results), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+        json.dumps(report.jsonable(results), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
         encoding="utf-8")
     text = render_report(results)
     (out_dir / "report.md").write_text(text, encoding="utf-8")

@@ -48,3 +48,15 @@ def reverse_task(n: int = 32, vocab: int = 12, seed: int = 0):
         tgt[i, 1:length + 1] = seq.flip(0)
         tgt[i, length + 1] = EOS_ID
     return src, lens, tgt[:, :-1], tgt[:, 1:]
+
+
+def fit(model: torch.nn.Module, src, lens, tgt_in, tgt_out, steps: int) -> torch.Tensor:
+    """Full-batch Adam (lr 1e-2) on one batch for ``steps`` steps; returns the last loss."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(
+            model(src, lens, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss

@@ -7,9 +7,11 @@ import time
 
 import pytest
 import torch
-import torch.nn.functional as F
 from model_helpers import ATTENTION_VARIANTS as ATTENTIONS
-from model_helpers import one_thread  # noqa: F401  (autouse fixture)
+from model_helpers import (
+    fit,
+    one_thread,  # noqa: F401  (autouse fixture)
+)
 from model_helpers import reverse_task as _reverse_task
 from model_helpers import variant_id as _ids
 from omegaconf import OmegaConf
@@ -263,14 +265,8 @@ def test_overfits_a_tiny_reverse_task(att, rnn):
     cfg = ModelConfig(rnn_type=rnn, emb_size=32, hidden_size=64, dropout=0.0, attention=att)
     model = build_model(cfg, 12, 12)
     src, lens, tgt_in, tgt_out = _reverse_task()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     start = time.perf_counter()
-    for _ in range(60):
-        loss = F.cross_entropy(model(src, lens, tgt_in).flatten(0, 1), tgt_out.flatten(),
-                               ignore_index=PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    loss = fit(model, src, lens, tgt_in, tgt_out, steps=60)
     assert loss.item() < LOSS_BOUND, f"loss {loss.item():.4f} after 60 steps"
     assert time.perf_counter() - start < 20
 

@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq import reproduce
+from seq2seq import report, reproduce
 from seq2seq.cli import CONFIG_DIR
 from seq2seq.config import validate_reproduce
 from seq2seq.errors import ConfigError
@@ -178,7 +178,7 @@ def test_criteria_are_computed_from_the_numbers(synthetic_results) -> None:
 
 
 def test_criteria_without_apertium_say_skipped(synthetic_results) -> None:
-    results = json.loads(json.dumps(reproduce._clean(synthetic_results)))
+    results = json.loads(json.dumps(report.jsonable(synthetic_results)))
     del results["splits"]["test"]["scores"]["apertium"]
     rows = [r for r in criteria(results) if r["id"] == 4]
     assert [r["verdict"] for r in rows] == ["SKIPPED"]
@@ -191,7 +191,7 @@ def test_report_has_every_section(synthetic_results) -> None:
                    "## Timings", "BLEU signature: `nrefs:1", "bahdanau p", "**PASS**",
                    "**FAIL**", "from an earlier run (reused)", "| 51+ | 40 |"):
         assert needle in text, needle
-    json.dumps(reproduce._clean(synthetic_results), allow_nan=False)  # results.json is valid
+    json.dumps(report.jsonable(synthetic_results), allow_nan=False)  # results.json is valid
 
 
 # ------------------------------------------------- end to end on a tiny corpus

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-import torch.nn.functional as F
 from model_helpers import (
+    fit,
     one_thread,  # noqa: F401  (autouse fixture)
     reverse_task,
 )
@@ -34,13 +34,7 @@ def trained():
                       attention=AttentionConfig(name="bahdanau"))
     model = build_model(cfg, VOCAB, VOCAB)
     src, lens, tgt_in, tgt_out = reverse_task(vocab=VOCAB)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(80):
-        loss = F.cross_entropy(model(src, lens, tgt_in).flatten(0, 1), tgt_out.flatten(),
-                               ignore_index=PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    fit(model, src, lens, tgt_in, tgt_out, steps=80)
     return model.train(), src[:12], lens[:12]
 
 
