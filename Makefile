@@ -8,7 +8,7 @@ SWORD_PKGS := sword-text-sparv sword-text-kjv sword-text-web
 APERTIUM_PKGS := apertium apertium-eng-spa
 ARGS ?=
 
-.PHONY: install system python test test-slow reproduce corpus lint clean
+.PHONY: install system python test test-slow reproduce corpus lint clean joeynmt-env
 
 install: system python
 
@@ -58,3 +58,11 @@ lint: install
 
 clean:
 	rm -rf .stamp-* .venv
+
+# JoeyNMT 2.3.0 for scripts/benchmark.py, in its own environment: never a dependency of
+# seq2seq. sentencepiece 0.2.1 and importlib_metadata are what it needs to run with torch 2.13.
+joeynmt-env: .venv-joey/.installed
+.venv-joey/.installed:
+	python3 -m venv .venv-joey
+	.venv-joey/bin/pip install -q torch==2.13.0 joeynmt==2.3.0 sentencepiece==0.2.1 importlib_metadata
+	@touch $@

@@ -211,10 +211,11 @@ class LuongAttention(Attention):
     output_reads_embedding = False
 
     def __init__(self, enc_size: int, dec_size: int, score: str, attn_size: int,
-                 input_feeding: bool = True) -> None:
+                 input_feeding: bool = True, deep_output: bool = False) -> None:
         super().__init__(enc_size, dec_size)
         self.score = score
         self.feeds_input = input_feeding
+        self.output_reads_embedding = deep_output
         if score == "concat":
             self.scorer: nn.Module = AdditiveScorer(dec_size, enc_size, attn_size)
         else:
@@ -242,7 +243,8 @@ def _build_luong(att_cfg, enc_size: int, dec_size: int, bidirectional: bool) -> 
         raise ConfigError(f"model.attention.score={att_cfg.score!r} is not a Luong score: "
                           f"use one of {', '.join(LUONG_SCORES)}")
     return LuongAttention(enc_size, dec_size, att_cfg.score, att_cfg.attn_size or dec_size,
-                          input_feeding=bool(att_cfg.input_feeding))
+                          input_feeding=bool(att_cfg.input_feeding),
+                          deep_output=bool(getattr(att_cfg, "deep_output", False)))
 
 
 LUONG_SCORES = ("dot", "general", "concat", "scaled_dot")

@@ -59,7 +59,23 @@ def train_main(cfg: DictConfig) -> None:
     """`seq2seq-train`: train one model into a run folder."""
     from seq2seq.train import train_main as _train
 
-    run_guarded(_train, cfg)
+    run_guarded(_train, sweep_run_dir(cfg))
+
+
+def sweep_run_dir(cfg: DictConfig) -> DictConfig:
+    """In a multirun, a job without an explicit ``run_dir=`` trains into its own sweep
+    folder (hydra.sweep.dir/<overrides>): the default ``runs/<second>`` would be shared
+    by jobs that start in the same second, and they would overwrite each other."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return cfg
+    hc = HydraConfig.get()
+    explicit = any(o.split("=", 1)[0].lstrip("+~") == "run_dir" for o in hc.overrides.task)
+    if hc.mode == RunMode.MULTIRUN and not explicit:
+        cfg.run_dir = hc.runtime.output_dir
+    return cfg
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="translate", version_base="1.3")

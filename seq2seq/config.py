@@ -66,6 +66,9 @@ class AttentionConfig:
     name: str = "bahdanau"
     score: str = "general"  # luong only: dot | general | concat | scaled_dot
     input_feeding: bool = True  # luong only
+    # luong only: the readout also reads E y_{t-1} (Bahdanau's deep output); Luong et al.
+    # read [c_t; h_t] only. On a short CPU budget it makes Luong learn as fast as Bahdanau.
+    deep_output: bool = False
     attn_size: int = 0  # additive/concat scorer size; 0 = hidden_size
 
 
@@ -89,7 +92,7 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
-    bf16: bool = False  # autocast on CUDA
+    bf16: bool = False  # bf16 autocast (CUDA, or CPUs with AVX512-BF16/AMX); ignored elsewhere
     batch_tokens: int = 3000  # target tokens per batch (padding excluded)
     max_src_words: int = 50  # pairs longer than this (source words) are not trained on
     lr: float = 1e-3
@@ -108,6 +111,7 @@ class TrainConfig:
     valid_bleu_sentences: int = 300  # greedy dev BLEU on this many sentences; 0 = off
     patience: int = 5  # validations without improvement before early stop; 0 = off
     resume: bool = False
+    distributed: bool = False  # DDP over the processes torchrun starts (README: Several processes / GPUs)
     log_every: int = 50
     overfit_batches: int = 0  # > 0: every epoch trains on the same first N batches (memorisation check)
 
@@ -194,6 +198,10 @@ class ReproduceConfig:
     apertium: bool = True  # the rule-based reference row; skipped with a note when not installed
     apertium_pair: str = "spa-eng"
     plot_split: str = "test"  # the split drawn in bleu_vs_length.png
+    # several training seeds: every arm is trained once per seed (arms/<name>/seed<k>) and
+    # the report gives mean ± sd per bucket and tests pooled across seeds (seq2seq/seeds.py);
+    # [] = one run per arm with train.seed, in arms/<name>/
+    seeds: list[int] = field(default_factory=list)
 
 
 @dataclass

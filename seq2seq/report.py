@@ -233,9 +233,12 @@ def plot_bleu_vs_length(
     results_by_system: Mapping[str, Mapping[str, Any]],
     path: str | Path,
     metric: str = "BLEU",
+    band: str = "95% bootstrap CI",
 ) -> Path:
-    """PNG of ``metric`` per source-length bucket: one line per system, shaded 95% CI,
-    bucket counts under the x labels; empty buckets leave a gap. Returns the path."""
+    """PNG of ``metric`` per source-length bucket: one line per system, a shaded band from
+    each bucket's ``lo`` to ``hi`` (a 95% CI; :mod:`seq2seq.seeds` results hold the min and
+    max over seeds there, with ``band`` saying so in the title), bucket counts under the x
+    labels; empty buckets leave a gap. Returns the path."""
     if metric not in METRICS:
         raise DataError(f"cannot plot metric {metric!r}; choose one of {list(METRICS)}")
     counts = _check_counts(results_by_system)
@@ -256,7 +259,7 @@ def plot_bleu_vs_length(
     ax.set_xlim(-0.4, len(x) - 0.6)
     # A little room below zero so a system at 0 BLEU is not hidden by the axis line.
     ax.set_ylim(bottom=-0.02 * max(ax.get_ylim()[1], 1.0))
-    fig.suptitle(f"{metric} by source sentence length (bands: 95% bootstrap CI)")
+    fig.suptitle(f"{metric} by source sentence length (bands: {band})")
     first = next(iter(results_by_system.values()))
     ax.set_title(f"sacrebleu {first['signatures'][metric]}", fontsize=7, color="0.4")
     ax.grid(True, alpha=0.3)

@@ -13,6 +13,12 @@ into ``reproduce.out_dir``::
     scores_<split>.csv  per system x bucket (and .json)
     arms/<name>/        each arm's run folder (checkpoints, logs, eval cache)
 
+With ``reproduce.seeds=[1,2,3]`` every arm is trained once per seed, in
+``arms/<name>/seed<k>/``, and each arm x seed is decoded and scored as above
+(``scores_<split>_seed<k>.csv``); :mod:`seq2seq.seeds` then aggregates them: the report,
+``seeds_<split>.csv`` and the criteria use the mean ± sd over seeds per bucket and paired
+tests pooled across seeds, and the plot's bands span the seeds (min to max).
+
 Interrupted, it resumes: an arm with ``summary.json`` is not trained again, a
 half-trained arm resumes from ``last.pt``, decodings come from the eval cache
 (keyed by checkpoint content) and Apertium's from ``apertium/``.
@@ -23,16 +29,19 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import report
+from seq2seq import seeds as seeds_mod
 from seq2seq.checkpoint import LAST
 from seq2seq.config import Config
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation import (
+    Split,
     SystemOutput,
     apertium_output,
     compare,
@@ -60,9 +69,17 @@ def attention_group(name: str) -> DictConfig:
     return OmegaConf.load(path)
 
 
-def arm_config(cfg: DictConfig, name: str, arm: DictConfig) -> DictConfig:
+def arm_dir(out_dir: str | Path, name: str, seed: int | None = None) -> Path:
+    """An arm's run folder: ``<out_dir>/arms/<name>``, or ``.../<name>/seed<k>`` per seed."""
+    folder = Path(out_dir) / ARMS_DIR / name
+    return folder if seed is None else folder / f"seed{seed}"
+
+
+def arm_config(cfg: DictConfig, name: str, arm: DictConfig, seed: int | None = None
+               ) -> DictConfig:
     """The training config of one arm: the shared base with ``model/attention=<arm>``,
-    the arm's length cap, and its run folder under ``<out_dir>/arms/``."""
+    the arm's length cap, and its run folder (:func:`arm_dir`); ``seed`` replaces
+    ``train.seed`` (multi-seed runs)."""
     base = {k: OmegaConf.to_container(cfg[k], resolve=True)
             for k in (*_SETUP_SECTIONS, "extra")}
     arm_cfg = OmegaConf.merge(OmegaConf.structured(Config), base)
@@ -70,19 +87,21 @@ def arm_config(cfg: DictConfig, name: str, arm: DictConfig) -> DictConfig:
                                               attention_group(arm.attention))
     if arm.max_src_words:
         arm_cfg.train.max_src_words = arm.max_src_words
-    arm_cfg.run_dir = str(Path(cfg.reproduce.out_dir) / ARMS_DIR / name)
+    if seed is not None:
+        arm_cfg.train.seed = seed
+    arm_cfg.run_dir = str(arm_dir(cfg.reproduce.out_dir, name, seed))
     arm_cfg.train.resume = False
     return arm_cfg
 
 
-def arm_configs(cfg: DictConfig) -> dict[str, DictConfig]:
+def arm_configs(cfg: DictConfig, seed: int | None = None) -> dict[str, DictConfig]:
     """Every arm's config, checked (a model of each builds) before anything slow runs."""
     from seq2seq.config import validate
     from seq2seq.train import check_model_config
 
     out = {}
     for name, arm in cfg.reproduce.arms.items():
-        out[name] = arm_config(cfg, name, arm)
+        out[name] = arm_config(cfg, name, arm, seed)
         validate(out[name])
         check_model_config(out[name].model)
     return out
@@ -177,34 +196,55 @@ def _groups(cfg: DictConfig) -> dict[str, list[str]]:
     return groups
 
 
-def evaluate_split(cfg: DictConfig, split_name: str, timings: dict[str, Any]
-                   ) -> tuple[dict[str, Any], dict[str, SystemOutput]]:
-    """Decode, translate with Apertium, score and compare everything on one split."""
+def decode_systems(cfg: DictConfig, split_name: str, timings: dict[str, Any],
+                   seed: int | None = None) -> tuple[Split, dict[str, SystemOutput]]:
+    """Decode one split with every arm (of ``seed``, if given) and translate it with Apertium."""
     out_dir, ev = Path(cfg.reproduce.out_dir), cfg.eval
+    tag = "" if seed is None else f" seed{seed}"
     systems: dict[str, SystemOutput] = {}
     split = None
     for name in cfg.reproduce.arms:
-        split, systems[name] = decode_run(out_dir / ARMS_DIR / name, split_name, ev, name)
-        timings[f"decode {name} {split_name}"] = _timing(systems[name])
+        split, systems[name] = decode_run(arm_dir(out_dir, name, seed), split_name, ev, name)
+        timings[f"decode {name} {split_name}{tag}"] = _timing(systems[name])
     assert split is not None
     if cfg.reproduce.apertium:
         ap = apertium_output(split, out_dir / APERTIUM, cfg.reproduce.apertium_pair)
         if ap is not None:
             systems[APERTIUM] = ap
-            timings[f"apertium {split_name}"] = _timing(ap)
-    start = time.perf_counter()
-    scores = {name: score_system(split, system, ev) for name, system in systems.items()}
+            if f"apertium {split_name}" not in timings:  # one translation serves every seed
+                timings[f"apertium {split_name}"] = _timing(ap)
+    return split, systems
+
+
+def compare_groups(cfg: DictConfig, split: Split, systems: Mapping[str, SystemOutput]
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Paired tests of each baseline's group (and Apertium), and the ratio-trend tests."""
     comparisons, trends = {}, {}
     for baseline, arms in _groups(cfg).items():
         members = [baseline, *arms, *([APERTIUM] if APERTIUM in systems else [])]
         comparisons[baseline], all_trends = compare(
-            split, {m: systems[m] for m in members}, baseline, ev)
+            split, {m: systems[m] for m in members}, baseline, cfg.eval)
         trends[baseline] = {a: all_trends[a] for a in arms}
-    timings[f"scoring {split_name}"] = {"seconds": round(time.perf_counter() - start, 1),
-                                        "cached": False}
-    result = {"count": len(split.sources), "scores": scores, "comparisons": comparisons,
-              "trends": trends}
-    return result, systems
+    return comparisons, trends
+
+
+def score_split(cfg: DictConfig, split: Split, systems: Mapping[str, SystemOutput],
+                timings: dict[str, Any], label: str) -> dict[str, Any]:
+    """Score every system by bucket and compare them (the per-split result of results.json)."""
+    start = time.perf_counter()
+    scores = {name: score_system(split, system, cfg.eval) for name, system in systems.items()}
+    comparisons, trends = compare_groups(cfg, split, systems)
+    timings[f"scoring {label}"] = {"seconds": round(time.perf_counter() - start, 1),
+                                   "cached": False}
+    return {"count": len(split.sources), "scores": scores, "comparisons": comparisons,
+            "trends": trends}
+
+
+def evaluate_split(cfg: DictConfig, split_name: str, timings: dict[str, Any]
+                   ) -> tuple[dict[str, Any], dict[str, SystemOutput]]:
+    """Decode, translate with Apertium, score and compare everything on one split."""
+    split, systems = decode_systems(cfg, split_name, timings)
+    return score_split(cfg, split, systems, timings, split_name), systems
 
 
 def _timing(system: SystemOutput) -> dict[str, Any]:
@@ -222,24 +262,26 @@ def _command() -> str:
 
 
 # ------------------------------------------------------------------------ main
-def reproduce_main(cfg: DictConfig) -> Path:
-    """Run (or resume) the whole reproduction; returns the folder holding report.md."""
-    started = time.perf_counter()
-    out_dir = Path(cfg.reproduce.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, out_dir / "reproduce_config.yaml", resolve=True)
-    arm_cfgs = arm_configs(cfg)  # fails fast on a bad arm, before the slow phases
-    timings: dict[str, Any] = {}
-    if cfg.reproduce.build_corpus:
-        timings["corpus"] = build_corpus(cfg)
+def train_arms(cfg: DictConfig, arm_cfgs: Mapping[str, DictConfig], timings: dict[str, Any],
+               seed: int | None = None) -> dict[str, dict[str, Any]]:
+    """Train (or reuse) every arm of ``arm_cfgs``; returns each one's summary + ``spec``."""
+    tag = "" if seed is None else f" seed{seed}"
     arms = {}
     for i, (name, arm_cfg) in enumerate(arm_cfgs.items(), 1):
-        log.info("arm %d/%d: %s (%s attention)", i, len(arm_cfgs), name,
-                 arm_cfg.model.attention.name)
+        log.info("arm %d/%d: %s (%s attention)%s", i, len(arm_cfgs), name,
+                 arm_cfg.model.attention.name, tag)
         arms[name] = train_arm(name, arm_cfg)
         arms[name]["spec"] = OmegaConf.to_container(cfg.reproduce.arms[name])
-        timings[f"train {name}"] = {"seconds": arms[name]["phase_s"],
-                                    "cached": not arms[name]["trained_now"]}
+        timings[f"train {name}{tag}"] = {"seconds": arms[name]["phase_s"],
+                                         "cached": not arms[name]["trained_now"]}
+    return arms
+
+
+def _one_seed(cfg: DictConfig, arm_cfgs: Mapping[str, DictConfig], timings: dict[str, Any]
+              ) -> dict[str, Any]:
+    """Every arm trained once with ``train.seed`` (``reproduce.seeds=[]``, the default)."""
+    out_dir = Path(cfg.reproduce.out_dir)
+    arms = train_arms(cfg, arm_cfgs, timings)
     splits, plot_systems = {}, None
     for split_name in cfg.reproduce.splits:
         splits[split_name], _ = evaluate_split(cfg, split_name, timings)
@@ -250,9 +292,76 @@ def reproduce_main(cfg: DictConfig) -> Path:
     for split_name, result in splits.items():
         first = next(iter(result["comparisons"].values()), None)
         report.write_results(out_dir, result["scores"], first, None, stem=f"scores_{split_name}")
+    return {"arms": arms, "splits": splits}
+
+
+def _many_seeds(cfg: DictConfig, seeds: list[int], timings: dict[str, Any]) -> dict[str, Any]:
+    """Every arm trained once per seed; per-seed results plus their aggregate (seeds.py):
+    ``splits`` holds the seed means (criteria and plot read it), ``per_seed`` each seed's."""
+    out_dir = Path(cfg.reproduce.out_dir)
+    arms: dict[str, dict[str, Any]] = {}
+    for seed in seeds:
+        for name, summary in train_arms(cfg, arm_configs(cfg, seed), timings, seed).items():
+            arm = arms.setdefault(name, {"spec": summary.pop("spec"), "per_seed": {}})
+            arm.update(attention=summary["attention"], parameters=summary["parameters"])
+            arm["per_seed"][seed] = summary
+    per_seed: dict[int, dict[str, Any]] = {seed: {} for seed in seeds}
+    splits: dict[str, Any] = {}
+    for split_name in cfg.reproduce.splits:
+        systems_by_seed = {}
+        for seed in seeds:
+            split, systems_by_seed[seed] = decode_systems(cfg, split_name, timings, seed)
+            result = score_split(cfg, split, systems_by_seed[seed], timings,
+                                 f"{split_name} seed{seed}")
+            per_seed[seed][split_name] = result
+            first = next(iter(result["comparisons"].values()), None)
+            report.write_results(out_dir, result["scores"], first, None,
+                                 stem=f"scores_{split_name}_seed{seed}")
+        splits[split_name] = _pooled_split(cfg, split, systems_by_seed, per_seed, timings)
+        first = next(iter(splits[split_name]["comparisons"].values()), None)
+        seeds_mod.write_seeds_csv(out_dir / f"seeds_{split_name}.csv",
+                                  seeds_mod.seeds_rows(splits[split_name]["scores"], first))
+    if cfg.reproduce.plot_split in splits:
+        report.plot_bleu_vs_length(splits[cfg.reproduce.plot_split]["scores"],
+                                   out_dir / "bleu_vs_length.png",
+                                   band=f"min-max over seeds {seeds}, line: seed mean")
+    return {"seeds": seeds, "arms": arms, "splits": splits, "per_seed": per_seed}
+
+
+def _pooled_split(cfg: DictConfig, split: Split,
+                  systems_by_seed: Mapping[int, Mapping[str, SystemOutput]],
+                  per_seed: Mapping[int, Mapping[str, Any]], timings: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """Seed means of the scores, and the paired and trend tests pooled over the seeds."""
+    start = time.perf_counter()
+    names = list(next(iter(systems_by_seed.values())))
+    scores = {name: seeds_mod.aggregate_scores(
+        [per_seed[seed][split.name]["scores"][name] for seed in systems_by_seed])
+        for name in names}
+    stacked_split, stacked = seeds_mod.stack_seeds(split, systems_by_seed)
+    comparisons, trends = compare_groups(cfg, stacked_split, stacked)
+    timings[f"pooling {split.name}"] = {"seconds": round(time.perf_counter() - start, 1),
+                                        "cached": False}
+    return {"count": len(split.sources), "pooled_count": len(stacked_split.sources),
+            "scores": scores, "comparisons": comparisons, "trends": trends}
+
+
+def reproduce_main(cfg: DictConfig) -> Path:
+    """Run (or resume) the whole reproduction; returns the folder holding report.md."""
+    started = time.perf_counter()
+    out_dir = Path(cfg.reproduce.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out_dir / "reproduce_config.yaml", resolve=True)
+    seeds = seeds_mod.check_seeds(cfg.reproduce.seeds)
+    # fails fast on a bad arm, before the slow phases
+    arm_cfgs = arm_configs(cfg, seeds[0] if seeds else None)
+    timings: dict[str, Any] = {}
+    if cfg.reproduce.build_corpus:
+        timings["corpus"] = build_corpus(cfg)
+    body = _many_seeds(cfg, seeds, timings) if seeds else _one_seed(cfg, arm_cfgs, timings)
     results = {
         "profile": cfg.reproduce.profile, "command": _command(),
-        "config": OmegaConf.to_container(cfg, resolve=True), "arms": arms, "splits": splits,
+        "config": OmegaConf.to_container(cfg, resolve=True), **body,
         "apertium": _apertium_version(cfg), "timings": timings,
         "wall_time_s": round(time.perf_counter() - started, 1),
     }

@@ -4,6 +4,10 @@
 ``splits`` (split -> ``{"count", "scores": {system: score_buckets result},
 "comparisons": {baseline: paired_test result}, "trends": {baseline: {arm: trend}}}``),
 ``apertium`` (its version or None), ``timings``, ``config`` and ``command``.
+With several seeds (``results["seeds"]``), ``splits`` holds the :mod:`seq2seq.seeds`
+aggregate (scores are seed means with ``sd``, ``lo``/``hi`` the min/max over seeds;
+comparisons and trends pooled over seeds), ``per_seed`` each seed's own ``splits``, and
+each arm has ``per_seed`` summaries; the criteria are then judged on the seed means.
 Nothing here computes a score: every number comes from that dict.
 """
 
@@ -122,14 +126,16 @@ def _what_was_run(results: Mapping[str, Any]) -> list[str]:
     return [
         "## What was run", "",
         f"- Command: `{results['command']}` (profile `{results['profile']}`); resolved config "
-        "in `reproduce_config.yaml`, each arm's in `arms/<arm>/config.yaml`.",
+        f"in `reproduce_config.yaml`, each arm's in `arms/<arm>/"
+        f"{'seed<k>/' if results.get('seeds') else ''}config.yaml`.",
         f"- Corpus: `{d['name']}` ({d['src_lang']}→{d['tgt_lang']}); evaluated on {counts}.",
         f"- Model, shared by the arms: {m['rnn_type'].upper()}, embeddings {m['emb_size']}, "
         f"hidden {m['hidden_size']}, {m['enc_layers']}+{m['dec_layers']} layers, dropout "
         f"{m['dropout']}; SentencePiece vocabulary {c['tokenizer']['vocab_size']} per side.",
-        f"- Training, shared: seed {t['seed']}, {t['batch_tokens']} target tokens per batch, "
+        f"- Training, shared: {_seed_text(results)}, {t['batch_tokens']} target tokens per batch, "
         f"lr {t['lr']} ({t['lr_schedule']}), budget per arm: "
-        f"{', '.join(b for b in budget if b)} (whichever comes first), device {t['device']}.",
+        f"{', '.join(b for b in budget if b)} (whichever comes first), device {t['device']}"
+        f"{', bf16 autocast' if t.get('bf16') else ''}.",
         f"- Decoding: beam {ev['beam']}, length penalty α={ev['alpha']}, output cap "
         f"{ev['max_len_ratio']}×source+{ev['max_len_extra']} subwords. Intervals and tests: "
         f"{ev['n_boot']} bootstrap resamples, seed {ev['boot_seed']}.",
@@ -138,17 +144,32 @@ def _what_was_run(results: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _seed_text(results: Mapping[str, Any]) -> str:
+    seeds = results.get("seeds")
+    if not seeds:
+        return f"seed {results['config']['train']['seed']}"
+    return f"seeds {', '.join(map(str, seeds))} (every arm trained once per seed)"
+
+
 def _arms_table(results: Mapping[str, Any]) -> list[str]:
+    if results.get("seeds"):
+        return _seeds_arms_table(results)
     lines = ["| arm | attention | trained on ≤ src words | parameters | steps | epochs | "
              "stopped by | training time | target tok/s | best dev BLEU |",
              "|" + "---|" * 10]
     for name, a in results["arms"].items():
         cap = a["spec"].get("max_src_words") or results["config"]["train"]["max_src_words"]
         lines.append(
-            f"| {name} | {a['attention']} | {cap} | {a['parameters']:,} | {a['steps']} | "
+            f"| {name} | {_attention_text(a)} | {cap} | {a['parameters']:,} | {a['steps']} | "
             f"{a['epochs_completed']} | {a['stop_reason']} | {a['wall_time_s'] / 60:.1f} min | "
             f"{a['mean_tgt_tok_per_s']:,.0f} | {_fmt(a['best_dev_bleu'], 2)} |")
     return [*lines, ""]
+
+
+def _attention_text(arm: Mapping[str, Any]) -> str:
+    """The attention's name, and the config group it came from when that says more."""
+    group = arm.get("spec", {}).get("attention")
+    return arm["attention"] if group in (None, arm["attention"]) else f"{arm['attention']} (`{group}`)"
 
 
 def _split_section(name: str, split: Mapping[str, Any]) -> list[str]:
@@ -181,9 +202,12 @@ def _long_section(split: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _criteria_section(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["## GUIDE §4 criteria", "", "| # | criterion | system | verdict | measured |",
-             "|---|---|---|---|---|"]
+def _criteria_section(rows: list[dict[str, Any]], seeds: bool = False) -> list[str]:
+    lines = ["## GUIDE §4 criteria", ""]
+    if seeds:
+        lines += ["Judged on the seed means (BLEU, length ratio); p-values and the ratio "
+                  "trend come from the tests pooled across seeds.", ""]
+    lines += ["| # | criterion | system | verdict | measured |", "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['id']} | {CRITERIA_TEXT[r['id']]} | {r['system']} | "
                      f"**{r['verdict']}** | {r['detail']} |")
@@ -206,8 +230,125 @@ def render_report(results: Mapping[str, Any]) -> str:
              "number: `results.json`.", ""]
     lines += _what_was_run(results)
     lines += ["## Arms", "", *_arms_table(results)]
+    seeds = results.get("seeds")
     for name, split in results["splits"].items():
-        lines += _long_section(split) if name == TEST_LONG else _split_section(name, split)
-    lines += _criteria_section(results["criteria"])
+        if seeds:
+            lines += (_seeds_long_section(split) if name == TEST_LONG
+                      else _seeds_split_section(name, split, seeds))
+        else:
+            lines += _long_section(split) if name == TEST_LONG else _split_section(name, split)
+    if seeds:
+        lines += _per_seed_section(results)
+    lines += _criteria_section(results["criteria"], bool(seeds))
     lines += _timings_section(results["timings"])
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------- several seeds
+def _mean_sd(cell: Mapping[str, Any] | None) -> str:
+    if cell is None:
+        return "—"
+    sd = cell.get("sd")
+    return f"{_fmt(cell['score'])} ± {_fmt(sd)}" if sd is not None else _fmt(cell["score"])
+
+
+def _p_cell(comparison: Mapping[str, Any] | None, system: str, label: str) -> str | None:
+    if comparison is None or system not in comparison["systems"]:
+        return None
+    tested = comparison["systems"][system]
+    scope = tested["overall"] if label == "all" else tested["buckets"][label]
+    if scope.get("BLEU") is None:
+        return "—"
+    p = scope["BLEU"]["p_value"]
+    return f"{p:.3f}" + ("*" if p < ALPHA else "")
+
+
+def seeds_table(scores: Mapping[str, Any], comparison: Mapping[str, Any] | None,
+                seeds: list[int]) -> str:
+    """Per bucket: n, then per system BLEU and chrF as mean ± sd over the seeds and the
+    pooled paired-bootstrap p-value of BLEU against the baseline (when it has one)."""
+    systems = list(scores)
+    tested = [s for s in systems if _p_cell(comparison, s, "all") is not None]
+    header = ["Source words", "n"]
+    for system in systems:
+        header += [f"{system} BLEU", f"{system} chrF"] + ([f"{system} p"] if system in tested
+                                                          else [])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label in (*BUCKET_LABELS, "all"):
+        first = scores[systems[0]]
+        count = (first["overall"] if label == "all" else first["buckets"][label])["count"]
+        cells = [label, str(count)]
+        for system in systems:
+            scope = (scores[system]["overall"] if label == "all"
+                     else scores[system]["buckets"][label])
+            cells += [_mean_sd(scope["BLEU"]), _mean_sd(scope["chrF"])]
+            if system in tested:
+                cells.append(_p_cell(comparison, system, label) or "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    first = scores[systems[0]]
+    lines += ["", f"Mean ± sample standard deviation over seeds {', '.join(map(str, seeds))} "
+              "of each seed's corpus score per bucket."]
+    if comparison is not None:
+        lines.append(f"p: two-sided paired bootstrap of BLEU against {comparison['baseline']}, "
+                     f"pooled over the seeds (each seed's arm paired with the same seed's "
+                     f"baseline, {comparison['n_boot']} resamples of the (seed, sentence) "
+                     "rows); * marks p < 0.05.")
+    lines += [f"{m} signature: `{first['signatures'][m]}`" for m in ("BLEU", "chrF")]
+    return "\n".join(lines)
+
+
+def _seeds_split_section(name: str, split: Mapping[str, Any], seeds: list[int]) -> list[str]:
+    scores = split["scores"]
+    lines = [f"## BLEU and chrF by source length over seeds: {name}", ""]
+    for baseline, comparison in split["comparisons"].items():
+        members = [baseline, *comparison["systems"]]
+        lines += [seeds_table({m: scores[m] for m in members}, comparison, seeds), ""]
+        for arm, trend in split["trends"][baseline].items():
+            text = trend.get("error") or report.trend_summary(trend)
+            lines += [f"- {arm} vs {baseline}, pooled over seeds: {text}"]
+        lines.append("")
+    if not split["comparisons"]:
+        lines += [seeds_table(scores, None, seeds), ""]
+    lines += ["Output/reference length ratio and mean attention entropy (nats) per bucket, "
+              "seed means:", "", report.diagnostics_table(scores), ""]
+    return lines
+
+
+def _seeds_long_section(split: Mapping[str, Any]) -> list[str]:
+    lines = ["## Beyond the training length: test_long (mean ± sd over seeds)", "",
+             "| system | n | BLEU | chrF | length ratio | attention entropy |",
+             "|---|---|---|---|---|---|"]
+    for name, s in split["scores"].items():
+        o = s["overall"]
+        lines.append(f"| {name} | {o['count']} | {_mean_sd(o['BLEU'])} | {_mean_sd(o['chrF'])} "
+                     f"| {_fmt(o['length_ratio'], 3)} | {_fmt(o['attention_entropy'], 2)} |")
+    return [*lines, "", "Length ratio and attention entropy: seed means.", ""]
+
+
+def _seeds_arms_table(results: Mapping[str, Any]) -> list[str]:
+    lines = ["| arm | seed | attention | trained on ≤ src words | parameters | steps | "
+             "stopped by | training time | target tok/s | best dev BLEU |", "|" + "---|" * 10]
+    for name, arm in results["arms"].items():
+        cap = arm["spec"].get("max_src_words") or results["config"]["train"]["max_src_words"]
+        for seed, a in arm["per_seed"].items():
+            lines.append(
+                f"| {name} | {seed} | {_attention_text(a)} | {cap} | {a['parameters']:,} | "
+                f"{a['steps']} | {a['stop_reason']} | {a['wall_time_s'] / 60:.1f} min | "
+                f"{a['mean_tgt_tok_per_s']:,.0f} | {_fmt(a['best_dev_bleu'], 2)} |")
+    return [*lines, ""]
+
+
+def _per_seed_section(results: Mapping[str, Any]) -> list[str]:
+    """Overall BLEU of every system on every split, one column per seed."""
+    seeds = results["seeds"]
+    lines = ["## Overall BLEU of each seed", "",
+             "| split | system | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± sd |",
+             "|" + "---|" * (len(seeds) + 3)]
+    for split_name, split in results["splits"].items():
+        for system, agg in split["scores"].items():
+            bleu = agg["overall"]["BLEU"]
+            per = bleu["per_seed"] if bleu else [None] * len(seeds)
+            lines.append(f"| {split_name} | {system} | " + " | ".join(_fmt(b) for b in per)
+                         + f" | {_mean_sd(bleu)} |")
+    return [*lines, "", "Each seed's full tables: `scores_<split>_seed<k>.csv` and "
+            "`results.json` (`per_seed`).", ""]

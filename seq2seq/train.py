@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import batching
+from seq2seq import batching, distributed, runtime
 from seq2seq.checkpoint import (
     BEST,
     LAST,
@@ -78,6 +78,7 @@ class Run:
     tokenizers: Any
     data: batching.TrainingData
     progress: Progress = field(default_factory=Progress)
+    net: torch.nn.Module | None = None  # what train_step calls: the DDP wrapper under torchrun
 
 
 # ---------------------------------------------------------------- set-up
@@ -102,26 +103,28 @@ def check_model_config(model_cfg: DictConfig) -> None:
 def setup(cfg: DictConfig) -> Run:
     """Everything before the first step; fails fast on config, corpus and checkpoint problems."""
     t = cfg.train
+    device = distributed.init(cfg, resolve_device(t.device))  # a no-op unless train.distributed
     run_dir = Path(cfg.run_dir)
     check_train_config(t)
     resume_from = resume_checkpoint(run_dir, t.resume)
-    device = resolve_device(t.device)
-    threads = set_threads(t.threads)
+    threads = set_threads(distributed.threads_per_rank(t.threads))
     check_model_config(cfg.model)
-    corpus = load_corpus(cfg.data)
-    ckpt = load_checkpoint(resume_from) if resume_from else None
-    changed = check_same_setup(ckpt["config"], cfg) if ckpt is not None else []
-    if ckpt is not None:
-        tokenizers = Tokenizers.load(run_dir / TOKENIZER_DIR)
-    else:
-        tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
-    data = batching.training_data(corpus, tokenizers, cfg.data.src_lang, cfg.data.tgt_lang,
-                                  cfg.train.max_src_words, cache_dir=corpus_dir(cfg.data) / "cache")
+    with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
+        corpus = load_corpus(cfg.data)
+        ckpt = load_checkpoint(resume_from) if resume_from else None
+        changed = check_same_setup(ckpt["config"], cfg) if ckpt is not None else []
+        if ckpt is not None:
+            tokenizers = Tokenizers.load(run_dir / TOKENIZER_DIR)
+        else:
+            tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
+        data = batching.training_data(corpus, tokenizers, cfg.data.src_lang, cfg.data.tgt_lang,
+                                      cfg.train.max_src_words, cache_dir=corpus_dir(cfg.data) / "cache")
 
     seed_everything(t.seed)
     model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
     optimizer, scheduler = build_optimizer(model, t)
-    log = RunLog(run_dir, resume_step=ckpt["progress"]["step"] if ckpt else None)
+    resume_step = ckpt["progress"]["step"] if ckpt else None
+    log = RunLog(run_dir, resume_step) if distributed.is_main() else distributed.SilentLog(run_dir)
     run = Run(cfg, log, device, model, optimizer, scheduler, tokenizers, data)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
@@ -133,9 +136,10 @@ def setup(cfg: DictConfig) -> Run:
                  run.progress.step, run.progress.epoch, run.progress.batch_index)
         for change in changed:
             log.warning("resuming with a changed setting: %s", change)
-    else:
+    elif distributed.is_main():
         tokenizers.save(run_dir / TOKENIZER_DIR)
     write_run_info(run, threads)
+    run.net = distributed.prepare(run)
     return run
 
 
@@ -146,8 +150,9 @@ def write_run_info(run: Run, threads: int) -> None:
     d = run.data
     run.log.info("device %s, %d threads; %s attention, %d parameters", run.device, threads,
                  run.cfg.model.attention.name, n_params)
-    if run.cfg.train.bf16 and run.device.type != "cuda":
-        run.log.warning("train.bf16=true is ignored on %s: bf16 autocast is used on CUDA only", run.device)
+    if run.cfg.train.bf16 and not runtime.bf16_supported(run.device):
+        run.log.warning("train.bf16=true is ignored: %s has no native bf16 (it would be slower "
+                        "than fp32 here)", run.device)
     run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
                  "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
                  len(d.valid_idx))
@@ -157,10 +162,8 @@ def write_run_info(run: Run, threads: int) -> None:
 
 
 def autocast(run: Run) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA when asked; a no-op elsewhere."""
-    if run.cfg.train.bf16 and run.device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    """bf16 autocast when ``train.bf16`` is set and the device has native bf16."""
+    return runtime.autocast(run.device, run.cfg.train.bf16)
 
 
 def to_device(batch: batching.Batch, device: torch.device) -> batching.Batch:
@@ -175,20 +178,22 @@ def loss_sum(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float
                            ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
 
 
-def train_step(run: Run, batch: batching.Batch) -> torch.Tensor:
+def train_step(run: Run, batch: batching.Batch, scale: float = 1.0) -> torch.Tensor:
     """One optimizer update on ``batch``; returns the mean token loss (a 0-dim tensor, no sync)."""
     t = run.cfg.train
     run.optimizer.zero_grad(set_to_none=True)
     with autocast(run):
-        logits = run.model(batch.src, batch.src_lens, batch.tgt_in, teacher_forcing=t.teacher_forcing)
-    loss = loss_sum(logits, batch.tgt_out, t.label_smoothing) / batch.n_tgt_tokens
+        logits = (run.net or run.model)(batch.src, batch.src_lens, batch.tgt_in,
+                                        teacher_forcing=t.teacher_forcing)
+    # scale: this rank's weight in a global batch (distributed.local_batch); 1 for one process
+    loss = loss_sum(logits, batch.tgt_out, t.label_smoothing) * scale / batch.n_tgt_tokens
     loss.backward()
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), t.clip_norm)
     run.optimizer.step()
     if not isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         run.scheduler.step()
-    return loss.detach()
+    return distributed.mean_over_ranks(loss.detach())
 
 
 @torch.no_grad()
@@ -220,13 +225,19 @@ def dev_bleu(run: Run) -> float:
     return sacrebleu.corpus_bleu([hyps[i] for i in order], [[d.valid_refs[i] for i in order]]).score
 
 
+def dev_scores(run: Run) -> tuple[float, float]:
+    """(dev loss, dev BLEU or NaN when off), with the model in eval mode meanwhile."""
+    run.model.eval()
+    loss = dev_loss(run)
+    bleu = dev_bleu(run) if run.cfg.train.valid_bleu_sentences > 0 else math.nan
+    run.model.train()
+    return loss, bleu
+
+
 def validate(run: Run) -> dict[str, float]:
     """Dev loss, perplexity and BLEU; steps the plateau schedule, tracks the best, saves checkpoints."""
     p, t = run.progress, run.cfg.train
-    run.model.eval()
-    loss = dev_loss(run)
-    bleu = dev_bleu(run) if t.valid_bleu_sentences > 0 else math.nan
-    run.model.train()
+    loss, bleu = distributed.on_main(lambda: dev_scores(run))  # torchrun: rank 0 scores for all
     if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         run.scheduler.step(loss)
     score = bleu if t.valid_bleu_sentences > 0 else -loss
@@ -244,6 +255,8 @@ def validate(run: Run) -> dict[str, float]:
 
 
 def save(run: Run, name: str) -> None:
+    if not distributed.is_main():
+        return
     vocab = {"src": run.tokenizers.src.vocab_size, "tgt": run.tokenizers.tgt.vocab_size}
     ckpt = make_checkpoint(run.model, run.optimizer, run.scheduler, asdict(run.progress), run.cfg, vocab)
     atomic_save(ckpt, run.log.dir / name)
@@ -257,7 +270,7 @@ def stop_reason(run: Run) -> str:
     p, t = run.progress, run.cfg.train
     if t.max_steps and p.step >= t.max_steps:
         return f"max_steps={t.max_steps}"
-    if t.max_minutes and p.elapsed_s >= 60 * t.max_minutes:
+    if t.max_minutes and distributed.slowest(p.elapsed_s) >= 60 * t.max_minutes:
         return f"max_minutes={t.max_minutes:g}"
     if t.patience and p.bad_validations >= t.patience:
         return f"early stop: no dev improvement in {t.patience} validations"
@@ -293,9 +306,10 @@ def run_training(run: Run) -> Progress:
             batches = epoch_batches(run)
             bar.total = bar.total or total_steps(run, len(batches))
             for idx in batches[p.batch_index:]:
-                batch = to_device(batching.collate(d.train, idx), run.device)
+                batch, scale = distributed.local_batch(d.train, idx)
+                batch = to_device(batch, run.device)
                 step_start = time.perf_counter()
-                loss = train_step(run, batch)
+                loss = train_step(run, batch, scale)
                 step_s = time.perf_counter() - step_start
                 window.add(loss, batch.n_tgt_tokens, batch.n_src_tokens, step_s)
                 p.step, p.batch_index = p.step + 1, p.batch_index + 1
@@ -375,6 +389,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "train_pairs": len(run.data.train_idx),
         "dropped_pairs": run.data.dropped,
         "attention": run.cfg.model.attention.name,
+        **distributed.batch_record(run.cfg.train.batch_tokens),
     }
 
 
@@ -388,6 +403,8 @@ def train_main(cfg: DictConfig) -> Path:
         run.log.info("done (%s): %d steps, best dev BLEU %.2f at step %d, %.0f tgt tok/s, %.0f s",
                      summary["stop_reason"], summary["steps"], p.best_bleu,
                      summary["best_step"], summary["mean_tgt_tok_per_s"], summary["wall_time_s"])
+        distributed.shutdown(wait=True)  # the other ranks wait until rank 0 has written everything
     finally:
         run.log.close()
+        distributed.shutdown(wait=False)  # a failed rank leaves at once, so torchrun stops the rest
     return run.log.dir

@@ -13,14 +13,15 @@ from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 ATTENTION_VARIANTS = [AttentionConfig(name="none"), AttentionConfig(name="bahdanau")] + [
     AttentionConfig(name="luong", score=score, input_feeding=feeding)
     for score in LUONG_SCORES for feeding in (True, False)
-]
+] + [AttentionConfig(name="luong", score="general", input_feeding=True, deep_output=True)]
 
 
 def variant_id(cfg: AttentionConfig) -> str:
     """A readable pytest id for an attention config."""
     if cfg.name != "luong":
         return cfg.name
-    return f"luong-{cfg.score}-{'feed' if cfg.input_feeding else 'nofeed'}"
+    deep = "-deep" if cfg.deep_output else ""
+    return f"luong-{cfg.score}-{'feed' if cfg.input_feeding else 'nofeed'}{deep}"
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,7 @@ def small(*overrides: str):
 
 
 def test_groups_are_found() -> None:
-    assert GROUPS["model/attention"] == ["bahdanau", "luong", "none"]
+    assert GROUPS["model/attention"] == ["bahdanau", "luong", "luong_deep", "none"]
     assert {"debug", "overfit"} <= set(GROUPS["experiment"])
 
 
@@ -43,6 +43,7 @@ ARCH = [
     *(("model/attention=luong", f"model.rnn_type={r}", f"model.attention.score={s}",
        f"model.attention.input_feeding={f}")
       for r, s, f in itertools.product(("gru", "lstm"), LUONG_SCORES, ("true", "false"))),
+    *(("model/attention=luong_deep", f"model.rnn_type={r}") for r in ("gru", "lstm")),
 ]
 
 
@@ -52,8 +53,9 @@ def test_every_architecture_composes_and_builds(overrides: tuple[str, ...]) -> N
     validate(cfg)
     model = build_model(cfg.model, 40, 50)
     assert model.attention is not None and count_parameters(model) > 0
-    name = overrides[0].split("=")[1]
-    assert cfg.model.attention.name == name
+    group = overrides[0].split("=")[1]
+    assert cfg.model.attention.name == group.removesuffix("_deep")
+    assert model.decoder.reads_embedding == (group != "luong")  # deep output: all but Luong's own
 
 
 @pytest.mark.parametrize("flags", [

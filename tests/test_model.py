@@ -314,3 +314,14 @@ def test_tgt_mask_returns_the_logits_of_real_tokens_only(att):
     packed = model(src, lens, tgt_in, tgt_mask=mask)
     assert packed.shape == (int(mask.sum()), V)
     torch.testing.assert_close(packed, full[mask])
+
+
+def test_luong_deep_output_reads_the_previous_embedding():
+    plain = _model(AttentionConfig(name="luong"))
+    deep = _model(AttentionConfig(name="luong", deep_output=True))
+    assert not plain.decoder.reads_embedding and deep.decoder.reads_embedding
+    # readout input [s; c] (6 + 12) grows by the embedding size (8)
+    assert deep.decoder.readout.proj.in_features == plain.decoder.readout.proj.in_features + 8
+    # the model config can still switch the deep output off for every attention
+    off = _model(AttentionConfig(name="luong", deep_output=True), deep_output=False)
+    assert not off.decoder.reads_embedding

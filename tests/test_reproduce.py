@@ -36,7 +36,8 @@ def test_arms_share_everything_but_attention_and_length_cap(profile: str, tmp_pa
     first = next(iter(plain.values()))
     for name, arm in plain.items():
         spec = cfg.reproduce.arms[name]
-        assert arm["model"]["attention"]["name"] == spec.attention
+        group = OmegaConf.load(reproduce.CONFIG_DIR / "model" / "attention" / f"{spec.attention}.yaml")
+        assert arm["model"]["attention"] == {**arm["model"]["attention"], **group}
         assert arm["run_dir"] == str(tmp_path / "arms" / name)
         assert arm["train"]["max_src_words"] == (spec.max_src_words or cfg.train.max_src_words)
         for section in ("data", "tokenizer"):

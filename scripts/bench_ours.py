@@ -1,0 +1,232 @@
+"""Our side of scripts/benchmark.py: training and decoding speed, FLOPs, matmul ceiling.
+
+Each arm is measured in a child process (``python scripts/bench_ours.py --arm A
+--settings JSON --out FILE``) so its peak resident memory (``ru_maxrss``) is its own.
+The functions are importable for tests: :func:`measure_arm` does everything for one arm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from seq2seq import batching  # noqa: E402
+from seq2seq.corpus import corpus_dir, load_corpus  # noqa: E402
+from seq2seq.decode import decode  # noqa: E402
+from seq2seq.model import build_model, count_parameters  # noqa: E402
+from seq2seq.optim import build_optimizer  # noqa: E402
+from seq2seq.runtime import seed_everything  # noqa: E402
+from seq2seq.tokenizer import Tokenizers, load_or_train  # noqa: E402
+from seq2seq.train import Run, train_step  # noqa: E402
+
+ARMS = ("none", "bahdanau", "luong")
+
+
+def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: bool,
+                 threads: int) -> DictConfig:
+    """The fixed benchmark configuration (configs/ defaults: GRU 256/256, bidirectional,
+    8k SentencePiece per side) with attention ``arm`` and a constant learning rate."""
+    from hydra import compose, initialize_config_dir
+
+    from seq2seq.cli import CONFIG_DIR
+
+    overrides = [*data_overrides, f"model/attention={arm}", f"train.batch_tokens={batch_tokens}",
+                 f"train.bf16={str(bf16).lower()}", "train.device=cpu", f"train.threads={threads}",
+                 "train.lr_schedule=constant"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+@dataclass
+class BenchData:
+    """What both toolkits are fed: our encoded train split (length-filtered) and a test subset."""
+
+    tokenizers: Tokenizers
+    data: batching.TrainingData
+    test_sources: list[str]
+    test_refs: list[str]
+    test_ids: list[int]  # rows of the test split in the subset
+    spm_dir: Path | None  # the folder holding spm_src.model / spm_tgt.model
+
+
+def decode_subset(n_test: int, n: int) -> list[int]:
+    """Every k-th test row so the subset keeps the split's length mix; n=0 or n>=n_test: all."""
+    if n <= 0 or n >= n_test:
+        return list(range(n_test))
+    return [int(i) for i in np.linspace(0, n_test - 1, n).round().astype(int)]
+
+
+def load_bench_data(cfg: DictConfig, decode_sentences: int) -> BenchData:
+    """Corpus, our SentencePiece models and encoded splits (the same cache train.py uses)."""
+    corpus = load_corpus(cfg.data)
+    tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang,
+                               cfg.data.tgt_lang)
+    data = batching.training_data(corpus, tokenizers, cfg.data.src_lang, cfg.data.tgt_lang,
+                                  cfg.train.max_src_words, cache_dir=corpus_dir(cfg.data) / "cache")
+    pairs = corpus["test"]["translation"]
+    ids = decode_subset(len(pairs), decode_sentences)
+    return BenchData(tokenizers, data, [pairs[i][cfg.data.src_lang] for i in ids],
+                     [pairs[i][cfg.data.tgt_lang] for i in ids], ids, tokenizers.folder)
+
+
+def make_run(cfg: DictConfig, bench: BenchData) -> Run:
+    """A train.py Run without a run folder: what :func:`seq2seq.train.train_step` needs."""
+    seed_everything(cfg.train.seed)
+    tok = bench.tokenizers
+    model = build_model(cfg.model, tok.src.vocab_size, tok.tgt.vocab_size).train()
+    optimizer, scheduler = build_optimizer(model, cfg.train)
+    return Run(cfg, None, torch.device("cpu"), model, optimizer, scheduler, tok, bench.data)
+
+
+def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
+    """Mean real and padded tokens per batch (padding is what JoeyNMT's batch_size counts)."""
+    def mean(xs: list[float]) -> float:
+        return float(statistics.fmean(xs))
+    return {"sentences": mean([b.src.size(0) for b in batches]),
+            "tgt_tokens": mean([b.n_tgt_tokens for b in batches]),
+            "tgt_positions": mean([b.tgt_out.numel() for b in batches]),
+            "src_tokens": mean([b.n_src_tokens for b in batches]),
+            "src_positions": mean([b.src.numel() for b in batches])}
+
+
+def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats: int,
+                  per_repeat: int) -> dict[str, Any]:
+    """train.py's train_step (fwd + loss + bwd + clip + Adam) over real batches.
+
+    The first ``warmup`` batches are not timed; then ``repeats`` groups of ``per_repeat``
+    batches, each giving target and source tokens/s; the medians are reported.
+    """
+    need = warmup + repeats * per_repeat
+    if len(batches) < need:
+        batches = [batches[i % len(batches)] for i in range(need)]
+    for b in batches[:warmup]:
+        train_step(run, b)
+    tgt_rates, src_rates, secs = [], [], []
+    for r in range(repeats):
+        group = batches[warmup + r * per_repeat: warmup + (r + 1) * per_repeat]
+        start = time.perf_counter()
+        for b in group:
+            loss = train_step(run, b)
+        float(loss)  # a no-op on CPU; on a GPU it waits for the queued work
+        sec = time.perf_counter() - start
+        secs.append(sec)
+        tgt_rates.append(sum(b.n_tgt_tokens for b in group) / sec)
+        src_rates.append(sum(b.n_src_tokens for b in group) / sec)
+    return {"tgt_tok_per_s": statistics.median(tgt_rates), "src_tok_per_s": statistics.median(src_rates),
+            "tgt_tok_per_s_repeats": tgt_rates, "src_tok_per_s_repeats": src_rates,
+            "sec_per_repeat": secs, "batches_per_repeat": per_repeat, "warmup_batches": warmup}
+
+
+def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:
+    """FLOPs of one forward + loss + backward (torch's FlopCounterMode: matmuls, incl. the
+    GRUs' gate matmuls) and per real target token (padded positions cost FLOPs too)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from seq2seq.train import autocast, loss_sum
+
+    with FlopCounterMode(display=False) as counter:
+        with autocast(run):
+            logits = run.model(batch.src, batch.src_lens, batch.tgt_in)
+        loss = loss_sum(logits, batch.tgt_out, 0.0) / batch.n_tgt_tokens
+        loss.backward()
+    run.model.zero_grad(set_to_none=True)
+    total = counter.get_total_flops()
+    return {"flops_fwd_bwd": float(total), "flops_per_tgt_token": total / batch.n_tgt_tokens}
+
+
+def profile_steps(run: Run, batches: list[batching.Batch], top: int = 15) -> str:
+    """torch.profiler's table of the ops costing most CPU time over train_step on ``batches``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in batches:
+            train_step(run, b)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
+
+def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5) -> float:
+    """FLOP/s of an (n, n) @ (n, n) matmul: the best of ``repeats`` after a warm-up."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n ** 3 / best
+
+
+def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[str, float]:
+    """Sentences/s decoding the test subset (tokenize + search + detokenize, model loaded)."""
+    warmup = min(8, max(1, len(bench.test_sources) // 4))
+    decode(model, bench.tokenizers, bench.test_sources[:warmup], beam=beam, progress=False)
+    out = decode(model, bench.tokenizers, bench.test_sources, beam=beam, progress=False)
+    n_out = sum(out.lengths)
+    return {"sent_per_s": len(bench.test_sources) / out.seconds, "seconds": out.seconds,
+            "out_tok_per_s": n_out / out.seconds, "mean_out_len": n_out / max(len(out.lengths), 1)}
+
+
+def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Everything for one arm. settings: data_overrides, batch_tokens, bf16, threads,
+    warmup, repeats, per_repeat, decode_sentences, decode (bool), profile (batches under
+    torch.profiler after the timing, 0 = none), decode_runs ({arm: run
+    folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
+    torch.set_num_threads(settings["threads"])
+    cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
+                       settings["bf16"], settings["threads"])
+    bench = load_bench_data(cfg, settings["decode_sentences"])
+    run = make_run(cfg, bench)
+    d = bench.data
+    need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
+    idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
+    batches = [batching.collate(d.train, i) for i in idx[:need]]
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if settings["bf16"] else contextlib.nullcontext()
+    row: dict[str, Any] = {"arm": arm, "bf16": settings["bf16"], "params": count_parameters(run.model),
+                           "batch": batch_stats(batches)}
+    row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
+                                 settings["per_repeat"])
+    row.update(count_flops(run, batches[0]))
+    if settings.get("profile", 0):
+        row["profile"] = profile_steps(run, batches[-settings["profile"]:])
+    if settings.get("decode", True):
+        model, trained = run.model, settings.get("decode_runs", {}).get(arm)
+        if trained:  # an untrained model's outputs run to the length cap: time a trained one
+            from seq2seq.checkpoint import load_model
+            model = load_model(trained)[0]
+        row["decode_model"] = trained or "untrained (weights after the timed training batches)"
+        with ctx:  # train.bf16 covers training only; decoding under bf16 needs it explicitly
+            row["greedy"] = time_decoding(model, bench, beam=1)
+            row["beam5"] = time_decoding(model, bench, beam=5)
+        row["decode_sentences"] = len(bench.test_sources)
+    row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="measure one arm (a child of scripts/benchmark.py)")
+    parser.add_argument("--arm", required=True, choices=ARMS, help="attention arm")
+    parser.add_argument("--settings", required=True, help="JSON dict, see measure_arm")
+    parser.add_argument("--out", required=True, help="write the arm's results (JSON) here")
+    args = parser.parse_args()
+    row = measure_arm(args.arm, json.loads(args.settings))
+    Path(args.out).write_text(json.dumps(row, indent=2), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

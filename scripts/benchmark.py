@@ -1,0 +1,257 @@
+"""Speed on the Bible corpus, ours vs JoeyNMT 2.3.0 side by side (issue 6).
+
+    PYTHONPATH=. .venv/bin/python scripts/benchmark.py --json runs/benchmark/results.json
+    ... --quick                      # a 1-2 minute smoke run (few batches, 10 sentences)
+    ... --bf16                       # also our arms under CPU bf16 autocast (train.bf16)
+    ... --minutes 16                 # also: test BLEU after 16 minutes of training each
+
+Configuration (both toolkits): GRU, embeddings 256, hidden 256, bidirectional encoder,
+one layer, dropout 0.2, our 8k SentencePiece models per side, our length-filtered
+training pairs, Adam 1e-3 constant, clip 1.0, ~3,000 real target tokens per batch.
+
+Ours, per arm, each in a child process (its peak RSS is its own): train.py's
+train_step over real training batches, warm-up batches excluded, the median of
+`--repeats` groups of `--per-repeat` batches; greedy and beam-5 sentences/s on a
+fixed subset of the test split (every k-th sentence); FLOPs per target token of one
+training step (FlopCounterMode, fwd+bwd) and the achieved fraction of a large
+matmul's FLOP/s measured in this run. JoeyNMT (`make joeynmt-env`): `joeynmt train`
+for (1 + repeats) x per-repeat updates logging every per-repeat updates (its
+"Tokens per Sec" lines, the first dropped), then `joeynmt test` with beam 5 and 1
+(its "Generation took" time: search only, no model/data loading). Decoding speeds of
+barely trained models are not comparable (their outputs run to each toolkit's length
+cap); `--minutes` (or `--ours-run`) gives both sides trained models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import bench_joey
+import bench_ours
+import torch
+
+from seq2seq.errors import ConfigError, Seq2SeqError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arms", default="none,bahdanau,luong", help="our attention arms, comma-separated")
+    p.add_argument("--joey-arms", default="bahdanau,luong",
+                   help="JoeyNMT attentions to run ('' = none); skipped when .venv-joey is missing")
+    p.add_argument("--no-joey", action="store_true", help="measure ours only")
+    p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
+    p.add_argument("--threads", type=int, default=2, help="torch threads for every process")
+    p.add_argument("--batch-tokens", type=int, default=3000, help="real target tokens per batch")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up batches (ours)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
+    p.add_argument("--per-repeat", type=int, default=20, help="batches per repeat")
+    p.add_argument("--decode-sentences", type=int, default=500,
+                   help="test sentences decoded (every k-th of the split); 0 = the whole split")
+    p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n x n ceiling matmul")
+    p.add_argument("--minutes", type=float, default=0.0,
+                   help="also train both toolkits this many minutes per JoeyNMT arm, then "
+                        "compare test BLEU (beam 5) and decoding speed of the trained models")
+    p.add_argument("--ours-run", action="append", default=[], metavar="ARM=DIR",
+                   help="a trained run folder of ours for ARM: used for decoding speed and, "
+                        "with --minutes, instead of training ours")
+    p.add_argument("--data", action="append", default=[], metavar="OVERRIDE",
+                   help="Hydra data overrides (default: the Bible corpus, data=bible_es_en)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after timing, profile N training batches per arm with torch.profiler "
+                        "and print the top ops by self CPU time")
+    p.add_argument("--work", default="runs/benchmark", help="folder for JoeyNMT files and our runs")
+    p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 1 warm-up, 2 repeats of 1 batch, 10 sentences, 1024 matmul")
+    if p.parse_known_args(argv)[0].quick:  # quick changes the defaults; explicit options win
+        p.set_defaults(warmup=1, repeats=2, per_repeat=1, decode_sentences=10, matmul_size=1024)
+    args = p.parse_args(argv)
+    check_args(args)
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Bad options fail here, in one line, before anything slow runs."""
+    for arm in args.arms.split(","):
+        if arm not in bench_ours.ARMS:
+            raise ConfigError(f"--arms: unknown arm {arm!r}; choose from {','.join(bench_ours.ARMS)}")
+    for arm in filter(None, args.joey_arms.split(",")):
+        if arm not in ("bahdanau", "luong"):
+            raise ConfigError(f"--joey-arms: JoeyNMT has no {arm!r} attention; use bahdanau,luong")
+    for name in ("threads", "batch_tokens", "repeats", "per_repeat", "matmul_size"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
+    if min(args.warmup, args.decode_sentences, args.minutes, args.profile) < 0:
+        raise ConfigError("--warmup, --decode-sentences, --minutes and --profile must be >= 0")
+    ours_runs(args.ours_run)
+
+
+def ours_runs(specs: list[str]) -> dict[str, str]:
+    runs = {}
+    for spec in specs:
+        arm, sep, folder = spec.partition("=")
+        if not sep or arm not in bench_ours.ARMS or not Path(folder).is_dir():
+            raise ConfigError(f"--ours-run {spec!r}: give ARM=DIR with ARM in {bench_ours.ARMS} "
+                              "and DIR an existing run folder")
+        runs[arm] = folder
+    return runs
+
+
+def settings_of(args: argparse.Namespace, bf16: bool) -> dict[str, Any]:
+    return {"data_overrides": args.data, "batch_tokens": args.batch_tokens, "bf16": bf16,
+            "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
+            "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
+            "decode": True, "decode_runs": ours_runs(args.ours_run), "profile": args.profile}
+
+
+def run_arm_child(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """One arm in a fresh process, so ru_maxrss is that arm's peak alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "arm.json"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(bench_ours.ROOT), os.environ.get("PYTHONPATH", "")])}
+        cmd = [sys.executable, str(Path(bench_ours.__file__)), "--arm", arm,
+               "--settings", json.dumps(settings), "--out", str(out)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Seq2SeqError(f"measuring arm {arm} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def ceiling(args: argparse.Namespace) -> dict[str, float]:
+    torch.set_num_threads(args.threads)
+    return {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32),
+            "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16),
+            "n": args.matmul_size, "threads": args.threads}
+
+
+def measure_ours(args: argparse.Namespace, rates: dict[str, float]) -> dict[str, Any]:
+    rows = {}
+    for bf16 in ([False, True] if args.bf16 else [False]):
+        for arm in args.arms.split(","):
+            row = run_arm_child(arm, settings_of(args, bf16))
+            rate = rates["bf16_flops_per_s" if bf16 else "fp32_flops_per_s"]
+            row["achieved_flops_per_s"] = row["flops_per_tgt_token"] * row["train"]["tgt_tok_per_s"]
+            row["fraction_of_matmul"] = row["achieved_flops_per_s"] / rate
+            rows[arm + ("+bf16" if bf16 else "")] = row
+            print_row(arm + ("+bf16" if bf16 else ""), row)
+    return rows
+
+
+def print_row(name: str, row: dict[str, Any]) -> None:
+    t = row["train"]
+    dec = (f"{row['greedy']['sent_per_s']:8.1f} {row['beam5']['sent_per_s']:8.1f}"
+           if "greedy" in row else f"{'-':>8s} {'-':>8s}")
+    print(f"ours  {name:14s} {t['tgt_tok_per_s']:9.0f} {t['src_tok_per_s']:9.0f} {dec} "
+          f"{row['peak_rss_mib']:8.0f} {row['flops_per_tgt_token'] / 1e6:9.1f} "
+          f"{100 * row['fraction_of_matmul']:6.1f}%", flush=True)
+
+
+HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':>8s} "
+          f"{'beam5/s':>8s} {'peak MiB':>8s} {'MFLOP/tok':>9s} {'of mm':>7s}")
+
+
+def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """JoeyNMT training and decoding speed per arm, plus the shared files and batch sizing."""
+    from seq2seq.corpus import load_corpus
+
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
+    bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
+    files = bench_joey.export_data(bench, load_corpus(cfg.data), cfg.data.src_lang,
+                                   cfg.data.tgt_lang, work / "joey_data")
+    d = bench.data
+    batch = bench_joey.match_batch_size(d.train.src_lens[d.train_idx], d.train.tgt_lens[d.train_idx],
+                                        args.batch_tokens)
+    out: dict[str, Any] = {"batch": batch, "files": files, "arms": {}, "mismatches": bench_joey.MISMATCHES}
+    updates = (1 + args.repeats) * args.per_repeat
+    for arm in filter(None, args.joey_arms.split(",")):
+        jcfg = bench_joey.joey_config(arm, files, (cfg.data.src_lang, cfg.data.tgt_lang),
+                                      work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
+        row = {"train": bench_joey.train(jcfg, work)}
+        for beam, key in ((1, "greedy"), (5, "beam5")):
+            res = bench_joey.test(jcfg, work, beam)
+            res.pop("hypotheses")
+            row[key] = res
+        row["peak_rss_mib"] = max(row["train"]["peak_rss_mib"], row["beam5"]["peak_rss_mib"])
+        out["arms"][arm] = row
+        t = row["train"]
+        print(f"joey  {arm:14s} {t['tgt_tok_per_s']:9.0f} {'-':>9s} {row['greedy']['sent_per_s']:8.1f} "
+              f"{row['beam5']['sent_per_s']:8.1f} {row['peak_rss_mib']:8.0f}", flush=True)
+    return out
+
+
+def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """ours / JoeyNMT per arm for training tokens/s and decoding sentences/s."""
+    out = {}
+    for arm, j in joey.get("arms", {}).items():
+        o = ours.get(arm)
+        if o is None:
+            continue
+        out[arm] = {"train_tgt_tok_per_s": o["train"]["tgt_tok_per_s"] / j["train"]["tgt_tok_per_s"]}
+        for key in ("greedy", "beam5"):
+            if key in o:
+                out[arm][f"{key}_sent_per_s"] = o[key]["sent_per_s"] / j[key]["sent_per_s"]
+    return out
+
+
+def print_ratios(title: str, table: dict[str, dict[str, float]]) -> None:
+    for arm, r in table.items():
+        print(f"{title} {arm}: " + ", ".join(f"{k} x{v:.2f}" for k, v in r.items()))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark with command-line ``argv``; returns (and optionally writes) the results."""
+    args = parse_args(argv)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"args": vars(args), "torch": torch.__version__,
+                               "load_average": os.getloadavg()}
+    results["matmul"] = rates = ceiling(args)
+    print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s, "
+          f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s ({args.threads} threads)")
+    print(HEADER)
+    results["ours"] = measure_ours(args, rates)
+    for name, row in results["ours"].items():
+        if "profile" in row:
+            print(f"\nprofile of {args.profile} training batches, {name}:\n{row['profile']}")
+    use_joey = not args.no_joey and args.joey_arms
+    if use_joey and not bench_joey.joey_available():
+        print("JoeyNMT skipped: .venv-joey is missing (run `make joeynmt-env`)"
+              + ("; so is the --minutes comparison" if args.minutes else ""))
+        use_joey = False
+    if use_joey:
+        results["joey"] = measure_joey(args, work)
+        results["ratios"] = ratios(results["ours"], results["joey"])
+        print_ratios("ours/joey", results["ratios"])
+        if not args.ours_run:
+            print("(decoding ratios above: barely trained models on both sides, whose outputs "
+                  "run to different length caps; --minutes compares trained models)")
+        b = results["joey"]["batch"]
+        print(f"JoeyNMT batch_size {b['batch_size']} (padded positions): {b['tgt_tokens']:.0f} real "
+              f"target tokens per batch, padding {100 * b['padding_fraction']:.0f}%")
+        if args.minutes:
+            from bench_bleu import equal_time_bleu
+
+            results["equal_time"] = equal_time_bleu(args, work, results)
+        print("Not matched exactly:\n" + "\n".join(f"- {m}" for m in bench_joey.MISMATCHES))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
+        print(f"wrote {args.json}")
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Seq2SeqError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,84 @@
+"""scripts/benchmark.py: the ours-only path on the tiny corpus, JoeyNMT batch sizing and config.
+
+The JoeyNMT run itself needs `make joeynmt-env`; its test is slow and skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import bench_joey  # noqa: E402
+import benchmark  # noqa: E402
+
+
+def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
+    out = tmp_path / "bench.json"
+    data = [arg for o in tiny_corpus for arg in ("--data", o)]
+    benchmark.main(["--quick", "--no-joey", "--arms", "luong", "--batch-tokens", "200",
+                    "--matmul-size", "256", "--work", str(tmp_path), "--json", str(out), *data])
+    res = json.loads(out.read_text())
+    assert res["matmul"]["fp32_flops_per_s"] > 1e8
+    assert set(res["ours"]) == {"luong"}
+    for row in res["ours"].values():
+        assert row["train"]["tgt_tok_per_s"] > 0
+        assert len(row["train"]["tgt_tok_per_s_repeats"]) == 2
+        assert 0 < row["batch"]["tgt_tokens"] <= 200 <= row["batch"]["tgt_positions"] * 3
+        # at least the decoder GRU's gate matmuls, 3 x (256 x 256 + 256 x 256) multiply-adds
+        # per token, forward and backward (x3): FlopCounterMode must see inside nn.GRU
+        assert row["flops_per_tgt_token"] > 3 * 2 * 3 * (2 * 256 * 256)
+        assert 0 < row["fraction_of_matmul"] < 1
+        assert row["decode_sentences"] == 10
+        assert row["greedy"]["sent_per_s"] > 0 and row["beam5"]["sent_per_s"] > 0
+        assert row["peak_rss_mib"] > 50
+
+
+def test_joey_batches_count_padding():
+    src = np.array([9, 9, 9, 9, 19, 19])  # +1 EOS: 10 and 20 positions per row
+    tgt = np.array([4, 4, 4, 4, 4, 4])
+    stats = bench_joey.simulate_batches(src, tgt, batch_size=40)
+    assert stats["padded_positions"] >= 40
+    assert stats["tgt_tokens"] < stats["padded_positions"]  # real target tokens exclude padding
+    assert 0 < stats["padding_fraction"] < 1
+    matched = bench_joey.match_batch_size(np.full(500, 19), np.full(500, 9), target_tokens=100)
+    assert matched["batch_size"] == 200  # rows of 20 positions holding 10 real target tokens
+    assert matched["tgt_tokens"] == pytest.approx(100)
+
+
+def test_bad_options_are_clear_errors():
+    with pytest.raises(benchmark.ConfigError, match="ARM=DIR"):
+        benchmark.parse_args(["--ours-run", "attention=/nonexistent"])
+    with pytest.raises(benchmark.ConfigError, match="unknown arm 'bahdanu'"):
+        benchmark.parse_args(["--arms", "none,bahdanu"])
+    with pytest.raises(benchmark.ConfigError, match="no 'none' attention"):
+        benchmark.parse_args(["--joey-arms", "none"])
+    assert benchmark.parse_args(["--quick", "--repeats", "3"]).repeats == 3  # explicit wins
+
+
+def test_joey_config_matches_our_sizes(tmp_path):
+    files = {"prefix": str(tmp_path), "src_model": "s.model", "tgt_model": "t.model"}
+    cfg = bench_joey.joey_config("luong", files, ("es", "en"), tmp_path / "m", 6000, 120, 20)
+    enc, dec = cfg["model"]["encoder"], cfg["model"]["decoder"]
+    assert enc["rnn_type"] == dec["rnn_type"] == "gru" and enc["bidirectional"]
+    assert enc["hidden_size"] == dec["hidden_size"] == enc["embeddings"]["embedding_dim"] == 256
+    assert dec["attention"] == "luong" and dec["input_feeding"]
+    assert cfg["training"]["scheduling"] == "exponential" and cfg["training"]["decrease_factor"] == 1.0
+    assert cfg["training"]["validation_freq"] == cfg["training"]["updates"] == 120  # saves a checkpoint
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not bench_joey.joey_available(), reason="no .venv-joey (make joeynmt-env)")
+def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
+    data = [arg for o in tiny_corpus for arg in ("--data", o)]
+    res = benchmark.main(["--quick", "--arms", "bahdanau", "--joey-arms", "bahdanau",
+                          "--batch-tokens", "200", "--matmul-size", "256", "--work", str(tmp_path),
+                          *data])
+    joey = res["joey"]["arms"]["bahdanau"]
+    assert joey["train"]["tgt_tok_per_s"] > 0 and joey["beam5"]["sent_per_s"] > 0
+    assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s"] > 0
