@@ -172,20 +172,29 @@ def _attention_text(arm: Mapping[str, Any]) -> str:
     return arm["attention"] if group in (None, arm["attention"]) else f"{arm['attention']} (`{group}`)"
 
 
-def _split_section(name: str, split: Mapping[str, Any]) -> list[str]:
+def _split_section(name: str, split: Mapping[str, Any], seeds: list[int] | None = None
+                   ) -> list[str]:
+    """The per-bucket tables of one split; with ``seeds``, mean ± sd and pooled tests."""
     scores = split["scores"]
-    lines = [f"## BLEU and chrF by source length: {name}", ""]
+
+    def table(systems: Mapping[str, Any], comparison: Mapping[str, Any] | None) -> str:
+        if seeds:
+            return seeds_table(systems, comparison, seeds)
+        return report.markdown_table(systems, comparison)
+
+    over, pooled, means = (" over seeds", ", pooled over seeds", ", seed means") if seeds else ("", "", "")
+    lines = [f"## BLEU and chrF by source length{over}: {name}", ""]
     for baseline, comparison in split["comparisons"].items():
         members = [baseline, *comparison["systems"]]
-        lines += [report.markdown_table({m: scores[m] for m in members}, comparison), ""]
+        lines += [table({m: scores[m] for m in members}, comparison), ""]
         for arm, trend in split["trends"][baseline].items():
             text = trend.get("error") or report.trend_summary(trend)
-            lines += [f"- {arm} vs {baseline}: {text}"]
+            lines += [f"- {arm} vs {baseline}{pooled}: {text}"]
         lines.append("")
     if not split["comparisons"]:
-        lines += [report.markdown_table(scores), ""]
-    lines += ["Output/reference length ratio and mean attention entropy (nats) per bucket:", "",
-              report.diagnostics_table(scores), ""]
+        lines += [table(scores, None), ""]
+    lines += [f"Output/reference length ratio and mean attention entropy (nats) per bucket{means}:",
+              "", report.diagnostics_table(scores), ""]
     return lines
 
 
@@ -234,7 +243,7 @@ def render_report(results: Mapping[str, Any]) -> str:
     for name, split in results["splits"].items():
         if seeds:
             lines += (_seeds_long_section(split) if name == TEST_LONG
-                      else _seeds_split_section(name, split, seeds))
+                      else _split_section(name, split, seeds))
         else:
             lines += _long_section(split) if name == TEST_LONG else _split_section(name, split)
     if seeds:
@@ -295,23 +304,6 @@ def seeds_table(scores: Mapping[str, Any], comparison: Mapping[str, Any] | None,
                      "rows); * marks p < 0.05.")
     lines += [f"{m} signature: `{first['signatures'][m]}`" for m in ("BLEU", "chrF")]
     return "\n".join(lines)
-
-
-def _seeds_split_section(name: str, split: Mapping[str, Any], seeds: list[int]) -> list[str]:
-    scores = split["scores"]
-    lines = [f"## BLEU and chrF by source length over seeds: {name}", ""]
-    for baseline, comparison in split["comparisons"].items():
-        members = [baseline, *comparison["systems"]]
-        lines += [seeds_table({m: scores[m] for m in members}, comparison, seeds), ""]
-        for arm, trend in split["trends"][baseline].items():
-            text = trend.get("error") or report.trend_summary(trend)
-            lines += [f"- {arm} vs {baseline}, pooled over seeds: {text}"]
-        lines.append("")
-    if not split["comparisons"]:
-        lines += [seeds_table(scores, None, seeds), ""]
-    lines += ["Output/reference length ratio and mean attention entropy (nats) per bucket, "
-              "seed means:", "", report.diagnostics_table(scores), ""]
-    return lines
 
 
 def _seeds_long_section(split: Mapping[str, Any]) -> list[str]:
