@@ -135,16 +135,16 @@ def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats:
 
 def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:
     """FLOPs of one forward + loss + backward (torch's FlopCounterMode: matmuls, incl. the
-    GRUs' gate matmuls) and per real target token (padded positions cost FLOPs too)."""
+    GRUs' gate matmuls) and per real target token (padded positions cost FLOPs in the
+    recurrence; the output layer and loss skip them)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from seq2seq.train import autocast, loss_sum
+    from seq2seq.train import autocast
 
     with FlopCounterMode(display=False) as counter:
         with autocast(run):
-            logits = run.model(batch.src, batch.src_lens, batch.tgt_in)
-        loss = loss_sum(logits, batch.tgt_out, 0.0) / batch.n_tgt_tokens
-        loss.backward()
+            total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
+        (total / batch.n_tgt_tokens).backward()
     run.model.zero_grad(set_to_none=True)
     total = counter.get_total_flops()
     return {"flops_fwd_bwd": float(total), "flops_per_tgt_token": total / batch.n_tgt_tokens}

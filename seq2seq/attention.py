@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from seq2seq.deferred import DeferredGrad, deferring
 from seq2seq.errors import ConfigError
 
 
@@ -39,12 +40,16 @@ class AttentionMemory:
     mask_bias: (batch, src_len) 0 at real tokens, -inf at padding (added to scores).
     keys: (batch, src_len, key_size) projected keys, or None.
     context: (batch, context_size) a fixed context (``none``), or None.
+    values_grad, keys_grad: set only in a teacher-forced step loop (``loop_memory``):
+    values/keys are then detached and these attach their gradients once per loop.
     """
 
     values: Tensor
     mask_bias: Tensor
     keys: Tensor | None = None
     context: Tensor | None = None
+    values_grad: DeferredGrad | None = None
+    keys_grad: DeferredGrad | None = None
 
     def index_select(self, index: Tensor) -> AttentionMemory:
         """Rows ``index`` (new_batch,) of every field: beam search reorders with this."""
@@ -73,6 +78,8 @@ def _attend(scores: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
     if scores.dim() == 2:
         weights = torch.softmax(scores + memory.mask_bias, dim=-1)
         context = torch.bmm(weights.unsqueeze(1), memory.values).squeeze(1)
+        if memory.values_grad is not None:
+            context = memory.values_grad.add(context, weights)
     else:
         weights = torch.softmax(scores + memory.mask_bias.unsqueeze(1), dim=-1)
         context = torch.bmm(weights, memory.values)
@@ -117,11 +124,16 @@ class BilinearScorer(nn.Module):
         """(B, S, key_size) -> (B, S, query_size)."""
         return h if self.key_proj is None else self.key_proj(h)
 
-    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
-        """query (B, Q) or (B, T, Q), keys (B, S, Q) -> scores (B, [T,] S)."""
+    def forward(self, query: Tensor, keys: Tensor, keys_grad: DeferredGrad | None = None
+                ) -> Tensor:
+        """query (B, Q) or (B, T, Q), keys (B, S, Q) -> scores (B, [T,] S).
+
+        keys_grad: in a step loop, attaches the (detached) keys' gradient.
+        """
         q = query * self.scale if self.scale != 1.0 else query
         if query.dim() == 2:
-            return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+            scores = torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+            return scores if keys_grad is None else keys_grad.add(scores, q)
         return torch.bmm(q, keys.transpose(1, 2))
 
 
@@ -146,6 +158,17 @@ class Attention(nn.Module):
     def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         """query (B, [T,] dec_size) -> context (B, [T,] enc_size), weights (B, [T,] S)."""
         raise NotImplementedError
+
+    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
+        """The memory for a teacher-forced loop of ``steps`` one-step calls.
+
+        Same values, but the gradient of the encoder states the context averages is
+        formed once for all steps (seq2seq/deferred.py); unchanged without grad mode.
+        """
+        if not deferring(memory.values):
+            return memory
+        values = DeferredGrad(memory.values, steps, shared_on_right=True)
+        return replace(memory, values=values.shared, values_grad=values)
 
 
 class NoAttention(Attention):
@@ -173,6 +196,9 @@ class NoAttention(Attention):
             summary = h[rows, last]
         context = torch.tanh(self.proj(summary))  # (B, enc_size)
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype), context=context)
+
+    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
+        return memory  # the fixed context never reads the values
 
     def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         context = memory.context
@@ -226,7 +252,16 @@ class LuongAttention(Attention):
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
                                keys=self.scorer.keys(h))
 
+    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
+        memory = super().loop_memory(memory, steps)
+        if not isinstance(self.scorer, BilinearScorer) or not deferring(memory.keys):
+            return memory
+        keys = DeferredGrad(memory.keys, steps, shared_on_right=False)
+        return replace(memory, keys=keys.shared, keys_grad=keys)
+
     def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        if memory.keys_grad is not None:
+            return _attend(self.scorer(query, memory.keys, memory.keys_grad), memory)
         return _attend(self.scorer(query, memory.keys), memory)
 
 

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from seq2seq.attention import Attention, AttentionMemory
 from seq2seq.constants import PAD_ID
 from seq2seq.encoder import rnn_class
+from seq2seq.loss import linear_cross_entropy
 
 
 @dataclass
@@ -175,12 +176,17 @@ class Decoder(nn.Module):
 
     def logits(self, t: Tensor) -> Tensor:
         """Readout vectors (..., H) -> logits (..., V)."""
+        x, weight, bias = self._output_layer(t)
+        return F.linear(x, weight, bias)
+
+    def _output_layer(self, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Readout vectors (..., H) -> the output layer's input (..., H or E), W (V, ·), b (V,)."""
         t = self.dropout(t)
         if not self.tie_embeddings:
-            return self.output(t)
+            return t, self.output.weight, self.output.bias
         if self.tie_proj is not None:
             t = self.tie_proj(t)
-        return F.linear(t, self.embedding.weight, self.out_bias)
+        return t, self.embedding.weight, self.out_bias
 
     def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
                  ) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
@@ -225,17 +231,38 @@ class Decoder(nn.Module):
         if teacher_forcing < 1.0:
             logits, weights = self._sampled(tgt_in, state, memory, teacher_forcing)
             return (logits if tgt_mask is None else logits[tgt_mask]), weights
+        t, weights = self._readouts(tgt_in, state, memory)
+        return self.logits(t if tgt_mask is None else t[tgt_mask]), weights
+
+    def loss(self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, memory: AttentionMemory,
+             label_smoothing: float = 0.0, teacher_forcing: float = 1.0) -> Tensor:
+        """Summed cross-entropy over the real tokens of tgt_out (B, T) (PAD_ID skipped).
+
+        Teacher-forced, the output layer and the loss run fused in chunks
+        (seq2seq/loss.py): no (tokens, V) logits tensor is built.
+        """
+        mask = tgt_out != PAD_ID
+        if teacher_forcing < 1.0:
+            logits, _ = self.forward(tgt_in, state, memory, teacher_forcing, mask)
+            return F.cross_entropy(logits.float(), tgt_out[mask], reduction="sum",
+                                   label_smoothing=label_smoothing)
+        t, _ = self._readouts(tgt_in, state, memory)
+        x, weight, bias = self._output_layer(t[mask])
+        return linear_cross_entropy(x, weight, bias, tgt_out[mask], label_smoothing)
+
+    def _readouts(self, tgt_in: Tensor, state: DecoderState, memory: AttentionMemory
+                  ) -> tuple[Tensor, Tensor]:
+        """Teacher-forced: tgt_in (B, T) -> readout vectors (B, T, H), weights (B, T, S)."""
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         if self.can_fuse:
-            t, weights = self._fused(emb, state, memory)
-        else:
-            t, weights = self._loop(emb, state, memory)
-        return self.logits(t if tgt_mask is None else t[tgt_mask]), weights
+            return self._fused(emb, state, memory)
+        return self._loop(emb, state, memory)
 
     def _loop(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
               ) -> tuple[Tensor, Tensor]:
         """Step by step: emb (B, T, E) -> readout vectors (B, T, H), weights (B, T, S)."""
         states, contexts, weights = [], [], []
+        memory = self.attention.loop_memory(memory, emb.size(1))
         # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
         for emb_i in emb.unbind(1):
             s, context, w, state = self._advance(emb_i, state, memory)

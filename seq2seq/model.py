@@ -97,18 +97,28 @@ class Seq2Seq(nn.Module):
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor,
                 teacher_forcing: float = 1.0, return_attention: bool = False,
-                tgt_mask: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+                tgt_mask: Tensor | None = None, targets: Tensor | None = None,
+                label_smoothing: float = 0.0) -> Tensor | tuple[Tensor, Tensor]:
         """Teacher-forced (or scheduled-sampling) decoding of a batch.
 
         src (B, S), src_lens (B,), tgt_in (B, T) = BOS + target, padded.
         Returns logits (B, T, V); with return_attention also weights (B, T, S).
         tgt_mask (B, T) bool, optional: logits only at its True positions, (N, V) in
         row-major order (= logits[tgt_mask]), skipping the output layer on padding.
+        targets (B, T) = target + EOS, padded: return instead the summed cross-entropy
+        over its real tokens (0-dim fp32), with the output layer fused into the loss.
+        (Training goes through forward so that DistributedDataParallel sees the call.)
         """
         if tgt_in.dim() != 2 or tgt_in.size(0) != src.size(0) or tgt_in.size(1) == 0:
             raise DataError(f"bad batch: tgt_in must be (B, T) with B={src.size(0)} and T > 0, "
                             f"got {tuple(tgt_in.shape)}")
         memory = self.encode(src, src_lens)
+        if targets is not None:
+            if targets.shape != tgt_in.shape:
+                raise DataError(f"bad batch: targets {tuple(targets.shape)} and tgt_in "
+                                f"{tuple(tgt_in.shape)} must have the same shape")
+            return self.decoder.loss(tgt_in, targets, self.init_state(memory), memory.attn,
+                                     label_smoothing, teacher_forcing)
         logits, weights = self.decoder(tgt_in, self.init_state(memory), memory.attn,
                                        teacher_forcing, tgt_mask)
         return (logits, weights) if return_attention else logits

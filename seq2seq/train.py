@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import sacrebleu
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -35,7 +34,6 @@ from seq2seq.checkpoint import (
     restore_rng_state,
     resume_checkpoint,
 )
-from seq2seq.constants import PAD_ID
 from seq2seq.corpus import corpus_dir, load_corpus
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model import build_model, count_parameters
@@ -172,21 +170,16 @@ def to_device(batch: batching.Batch, device: torch.device) -> batching.Batch:
     return batch
 
 
-def loss_sum(logits: torch.Tensor, tgt_out: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-    """Summed cross-entropy over real target tokens; logits (B, T, V), tgt_out (B, T)."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
-                           ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
-
-
 def train_step(run: Run, batch: batching.Batch, scale: float = 1.0) -> torch.Tensor:
     """One optimizer update on ``batch``; returns the mean token loss (a 0-dim tensor, no sync)."""
     t = run.cfg.train
     run.optimizer.zero_grad(set_to_none=True)
     with autocast(run):
-        logits = (run.net or run.model)(batch.src, batch.src_lens, batch.tgt_in,
-                                        teacher_forcing=t.teacher_forcing)
+        total = (run.net or run.model)(batch.src, batch.src_lens, batch.tgt_in,
+                                       teacher_forcing=t.teacher_forcing, targets=batch.tgt_out,
+                                       label_smoothing=t.label_smoothing)
     # scale: this rank's weight in a global batch (distributed.local_batch); 1 for one process
-    loss = loss_sum(logits, batch.tgt_out, t.label_smoothing) * scale / batch.n_tgt_tokens
+    loss = total * scale / batch.n_tgt_tokens
     loss.backward()
     if t.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(run.model.parameters(), t.clip_norm)
@@ -203,8 +196,8 @@ def dev_loss(run: Run) -> float:
     for idx in batching.eval_batches(d.valid, d.valid_idx, run.cfg.train.batch_tokens):
         batch = to_device(batching.collate(d.valid, idx), run.device)
         with autocast(run):
-            logits = run.model(batch.src, batch.src_lens, batch.tgt_in)
-        total += float(loss_sum(logits, batch.tgt_out, 0.0))
+            total += float(run.model(batch.src, batch.src_lens, batch.tgt_in,
+                                     targets=batch.tgt_out))
         tokens += batch.n_tgt_tokens
     return total / max(tokens, 1)
 

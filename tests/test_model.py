@@ -325,3 +325,24 @@ def test_luong_deep_output_reads_the_previous_embedding():
     # the model config can still switch the deep output off for every attention
     off = _model(AttentionConfig(name="luong", deep_output=True), deep_output=False)
     assert not off.decoder.reads_embedding
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+@pytest.mark.parametrize("att", ATTENTIONS, ids=_ids)
+def test_teacher_forced_gradients_equal_step_loop(att, rnn):
+    """The loop's deferred gradients (seq2seq/deferred.py) and the fused paths give
+    every parameter the gradient of the plain step loop."""
+    model = _model(att, rnn, dec_layers=2).double().eval()
+    src, lens, tgt_in = _batch()
+    weight = torch.randn(4, 6, V, generator=torch.Generator().manual_seed(1), dtype=torch.double)
+
+    def grads(logits):
+        model.zero_grad(set_to_none=True)
+        (logits * weight).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    fast = grads(model(src, lens, tgt_in))
+    ref = grads(_step_loop(model, src, lens, tgt_in)[0])
+    assert fast.keys() == ref.keys() and len(ref) > 10
+    for name in ref:
+        torch.testing.assert_close(fast[name], ref[name], rtol=1e-9, atol=1e-11, msg=name)

@@ -1,0 +1,73 @@
+"""Gradients of a tensor shared by every decoder step, summed in one matmul after the loop.
+
+In the teacher-forced step loop each step multiplies a small per-step tensor x_t by
+the same shared tensor M: the attention context c_t = α_t V (V: the encoder states)
+and Luong's scores e_t = K q_t (K: the projected keys). Left to autograd, the
+backward of every step forms its own outer product α_tᵀ g_t of size (B, S, 2H) and
+adds it into M's gradient: T thin matmuls and T passes over a (B, S, 2H) buffer,
+which measured as the largest single cost of a training step on CPU after the
+output layer. The gradient is a sum over steps, so it can be formed at once:
+Σ_t α_tᵀ g_t = Aᵀ G with A = [α_1 … α_T] and G = [g_1 … g_T], one batched matmul.
+
+How: each step uses ``M.detach()`` (its backward still gives the gradient of x_t)
+and adds a slice of a zero tensor Z (B, T, N) made by ``_Deferred``. Autograd hands
+``_Deferred.backward`` the gradients of all slices together, G, and by then the loop
+has recorded every x_t, so it returns grad M = Aᵀ G (or Gᵀ A) in one call. The values
+are unchanged (Z is zero); the gradients are equal up to float summation order
+(tests/test_model.py checks both against the plain step loop).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class _Deferred(torch.autograd.Function):
+    """Zeros (B, T, N) whose backward turns their gradient into the shared tensor's."""
+
+    @staticmethod
+    def forward(ctx, shared: Tensor, recorder: DeferredGrad, steps: int, width: int) -> Tensor:
+        ctx.recorder = recorder
+        return shared.new_zeros(shared.size(0), steps, width)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+        return ctx.recorder.shared_grad(grad), None, None, None
+
+
+class DeferredGrad:
+    """One shared tensor M (B, K, N) or (B, N, K) used once per step as a batched product.
+
+    ``shared_on_right``: y_t = x_t M, x_t (B, K), M (B, K, N), y_t (B, N) (the context);
+    otherwise y_t = M x_t, M (B, N, K), x_t (B, K), y_t (B, N) (bilinear scores).
+    ``shared``: what the loop multiplies with (M detached). ``add(t, y, x)`` returns y_t
+    plus step t's zero slice and records x_t.
+    """
+
+    def __init__(self, tensor: Tensor, steps: int, shared_on_right: bool) -> None:
+        self.shared = tensor.detach()
+        self.on_right = shared_on_right
+        self.inputs: list[Tensor] = []
+        width = tensor.size(2) if shared_on_right else tensor.size(1)
+        self._slices = _Deferred.apply(tensor, self, steps, width).unbind(1)
+
+    def add(self, y: Tensor, x: Tensor) -> Tensor:
+        """y (B, N) computed with ``shared`` from x (B, K) -> y with M's gradient attached."""
+        step = len(self.inputs)
+        self.inputs.append(x.detach())
+        return y + self._slices[step]
+
+    def shared_grad(self, grad: Tensor) -> Tensor:
+        """grad (B, T, N) of all steps' outputs -> the gradient of M."""
+        steps = len(self.inputs)
+        x = torch.stack(self.inputs, dim=1)  # (B, steps, K)
+        g = grad[:, :steps]
+        if self.on_right:  # M (B, K, N): Σ_t x_tᵀ g_t
+            return torch.bmm(x.transpose(1, 2), g)
+        return torch.bmm(g.transpose(1, 2), x)  # M (B, N, K): Σ_t g_t x_tᵀ
+
+
+def deferring(tensor: Tensor | None) -> bool:
+    """Whether a loop should defer ``tensor``'s gradient (it needs one, and grad mode is on)."""
+    return tensor is not None and tensor.requires_grad and torch.is_grad_enabled()

@@ -1,0 +1,107 @@
+"""Training loss: the output layer and the cross-entropy fused, chunk by chunk.
+
+The output layer (readout H -> vocabulary V) and its softmax are the largest cost
+of a training step on CPU. Done the plain way — logits (N, V), log_softmax, NLL, and
+their backward — the (N, V) matrix is written and read about eight times (logits,
+log-probabilities, a zero-filled NLL gradient, the log_softmax gradient). Here each
+chunk of rows goes logits -> softmax -> gradient while it is still in cache, and the
+gradients of x, W and b are formed in the forward pass, since the loss is a scalar
+sum whose backward only scales them (Liger-Kernel and "cut cross-entropy" do the
+same on GPUs). No (N, V) tensor outlives a chunk.
+
+Loss per token with label smoothing ε (as torch's ``cross_entropy``):
+(1-ε)(lse - z_y) + ε(lse - mean_v z_v); gradient softmax(z) - (1-ε) onehot(y) - ε/V.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# Rows per chunk: a (CHUNK_ROWS, 8000) fp32 block is 8 MB, small enough to stay
+# near the cores and large enough for efficient matmuls (measured: scripts/bench_model.py).
+CHUNK_ROWS = 256
+
+
+def _wide(t: Tensor) -> Tensor:
+    """bf16/fp16 -> fp32 for the softmax; fp32 and fp64 stay as they are."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+def _chunk_loss(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+    """logits (n, V) fp32, target (n,) -> (summed loss, log-probabilities (n, V))."""
+    logp = torch.log_softmax(logits, dim=1)
+    loss = -logp.gather(1, target.unsqueeze(1)).sum()
+    if smoothing:
+        loss = (1.0 - smoothing) * loss - smoothing * logp.mean(dim=1).sum()
+    return loss, logp
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of F.linear(x, weight, bias) with its gradients made in forward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
+                smoothing: float) -> Tensor:
+        with torch.autocast(x.device.type, enabled=False):  # dtypes are chosen here
+            return _LinearCrossEntropy._forward(ctx, x, weight, bias, target, smoothing)
+
+    @staticmethod
+    def _forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
+                 smoothing: float) -> Tensor:
+        dtype = x.dtype  # bf16 under autocast: matmuls in bf16, softmax in fp32
+        w = weight.to(dtype)
+        b = None if bias is None else bias.to(dtype)
+        grad_x = torch.empty_like(x)
+        grad_w = torch.zeros_like(weight)
+        grad_b = None if bias is None else torch.zeros_like(bias)
+        total = _wide(x.new_zeros(()))
+        rows = torch.arange(min(CHUNK_ROWS, x.size(0)), device=x.device)
+        for start in range(0, x.size(0), CHUNK_ROWS):
+            xc, tc = x[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
+            logits = _wide(F.linear(xc, w, b))  # (n, V)
+            loss, logp = _chunk_loss(logits, tc, smoothing)
+            total += loss
+            probs = logp.exp_()  # softmax, in place
+            probs[rows[:tc.size(0)], tc] -= 1.0 - smoothing
+            if smoothing:
+                probs.sub_(smoothing / probs.size(1))
+            g = probs.to(dtype)
+            grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)  # (not out=: FlopCounterMode skips it)
+            if dtype == grad_w.dtype:
+                grad_w.addmm_(g.t(), xc)
+            else:  # addmm_ wants one dtype; sum the bf16 product in fp32
+                grad_w += torch.mm(g.t(), xc).to(grad_w.dtype)
+            if grad_b is not None:
+                grad_b += probs.sum(dim=0)
+        ctx.save_for_backward(grad_x, grad_w, grad_b)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        grad_x, grad_w, grad_b = ctx.saved_tensors
+        return (grad_x * grad, grad_w * grad, None if grad_b is None else grad_b * grad,
+                None, None)
+
+
+def linear_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
+                         label_smoothing: float = 0.0) -> Tensor:
+    """Summed cross-entropy of the logits ``F.linear(x, weight, bias)`` against ``target``.
+
+    x (N, H) readout vectors of real target tokens (no padding), weight (V, H), bias (V,)
+    or None, target (N,) long -> a 0-dim sum (fp32, or fp64 for fp64 inputs). Equal to
+    ``F.cross_entropy(F.linear(x, weight, bias), target, reduction="sum",
+    label_smoothing=...)`` with the same gradients, without an (N, V) tensor.
+    """
+    if x.size(0) == 0:
+        return _wide(x.sum() + weight.sum() * 0)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return _LinearCrossEntropy.apply(x, weight, bias, target, float(label_smoothing))
+    total = _wide(x.new_zeros(()))
+    w = weight.to(x.dtype)
+    b = None if bias is None else bias.to(x.dtype)
+    for start in range(0, x.size(0), CHUNK_ROWS):
+        logits = _wide(F.linear(x[start:start + CHUNK_ROWS], w, b))
+        total += _chunk_loss(logits, target[start:start + CHUNK_ROWS], label_smoothing)[0]
+    return total

@@ -1,0 +1,79 @@
+"""The fused output layer + cross-entropy equals torch's linear + cross_entropy, gradients included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import seq2seq.loss as fused
+from seq2seq.config import AttentionConfig, ModelConfig
+from seq2seq.constants import BOS_ID, PAD_ID
+from seq2seq.model import build_model
+
+
+def _inputs(n: int, bias: bool = True):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 6, generator=gen, dtype=torch.double, requires_grad=True)
+    w = torch.randn(11, 6, generator=gen, dtype=torch.double, requires_grad=True)
+    b = torch.randn(11, generator=gen, dtype=torch.double, requires_grad=True) if bias else None
+    y = torch.randint(0, 11, (n,), generator=gen)
+    return x, w, b, y
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [True, False])
+def test_equals_linear_then_cross_entropy_across_chunks(monkeypatch, smoothing, bias):
+    monkeypatch.setattr(fused, "CHUNK_ROWS", 4)  # 10 rows: chunks of 4, 4 and 2
+    x, w, b, y = _inputs(10, bias)
+    params = [p for p in (x, w, b) if p is not None]
+    ref = F.cross_entropy(F.linear(x, w, b), y, reduction="sum", label_smoothing=smoothing)
+    ref_grads = torch.autograd.grad(ref * 0.7, params)
+    out = fused.linear_cross_entropy(x, w, b, y, smoothing)
+    grads = torch.autograd.grad(out * 0.7, params)  # the upstream scale reaches every gradient
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    with torch.no_grad():  # the gradient-free path gives the same value
+        torch.testing.assert_close(fused.linear_cross_entropy(x, w, b, y, smoothing), out)
+
+
+def test_no_tokens_gives_zero_and_a_usable_graph():
+    x, w, b, y = _inputs(0)
+    out = fused.linear_cross_entropy(x, w, b, y)
+    out.backward()
+    assert float(out.detach()) == 0.0 and w.grad is not None and bool((w.grad == 0).all())
+
+
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("name", ["none", "bahdanau", "luong"])
+def test_model_loss_equals_cross_entropy_of_its_logits(name, tie):
+    """forward(targets=...) = cross_entropy of forward()'s logits over real tokens, with
+    the same parameter gradients (dropout off)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_size=8, hidden_size=6, tie_embeddings=tie,
+                      attention=AttentionConfig(name=name))
+    model = build_model(cfg, 17, 17).double().eval()  # no dropout
+    gen = torch.Generator().manual_seed(3)
+    src = torch.randint(4, 17, (3, 5), generator=gen)
+    lens = torch.tensor([5, 2, 4])
+    src[torch.arange(5).unsqueeze(0) >= lens.unsqueeze(1)] = PAD_ID
+    tgt = torch.randint(4, 17, (3, 6), generator=gen)
+    tgt[1, 3:] = PAD_ID
+    tgt_in = torch.cat([torch.full((3, 1), BOS_ID), tgt[:, :-1]], dim=1)
+
+    def grads(loss):
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    logits = model(src, lens, tgt_in)
+    ref = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD_ID,
+                          reduction="sum", label_smoothing=0.1)
+    ref_grads = grads(ref)
+    out = model(src, lens, tgt_in, targets=tgt, label_smoothing=0.1)
+    out_grads = grads(out)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert out_grads.keys() == ref_grads.keys()
+    for key in ref_grads:
+        torch.testing.assert_close(out_grads[key], ref_grads[key], rtol=1e-9, atol=1e-11, msg=key)
