@@ -107,6 +107,30 @@ class AdditiveScorer(nn.Module):
         return self.v(torch.tanh(keys.unsqueeze(1) + q.unsqueeze(2))).squeeze(-1)
 
 
+class _StepScores(torch.autograd.Function):
+    """scores (B, S) = K (B, S, Q) · q (B, Q) for one step, with a faster backward for q.
+
+    Autograd's backward of bmm(K, q) forms grad q = Kᵀ g as a bmm over a transposed
+    (B, Q, S) view, which torch's CPU kernels run several times slower than the same
+    product written g (B, 1, S) · K (B, S, Q) (measured: 9% of a Luong training step).
+    """
+
+    @staticmethod
+    def forward(ctx, keys: Tensor, q: Tensor) -> Tensor:
+        ctx.save_for_backward(keys, q)
+        return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        keys, q = ctx.saved_tensors
+        grad_keys = grad_q = None
+        if ctx.needs_input_grad[0]:
+            grad_keys = torch.bmm(grad.unsqueeze(2), q.unsqueeze(1))
+        if ctx.needs_input_grad[1]:
+            grad_q = torch.bmm(grad.unsqueeze(1), keys).squeeze(1)
+        return grad_keys, grad_q
+
+
 class BilinearScorer(nn.Module):
     """e_j = qᵀ K_j with K_j = W h_j (``general``) or h_j (``dot``), optionally / sqrt(d).
 
@@ -132,7 +156,7 @@ class BilinearScorer(nn.Module):
         """
         q = query * self.scale if self.scale != 1.0 else query
         if query.dim() == 2:
-            scores = torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+            scores = _StepScores.apply(keys, q)
             return scores if keys_grad is None else keys_grad.add(scores, q)
         return torch.bmm(q, keys.transpose(1, 2))
 

@@ -150,3 +150,14 @@ def test_memory_index_select_reorders_every_field():
     assert torch.equal(picked.values, h[idx])
     assert torch.equal(picked.context, memory.context[idx])
     assert torch.equal(picked.mask_bias, memory.mask_bias[idx])
+
+
+def test_step_scores_backward_matches_gradcheck():
+    """The one-step bilinear scores' hand-written backward (attention._StepScores)."""
+    from seq2seq.attention import _StepScores
+
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.randn(3, 5, 4, generator=gen, dtype=torch.double, requires_grad=True)
+    q = torch.randn(3, 4, generator=gen, dtype=torch.double, requires_grad=True)
+    assert torch.autograd.gradcheck(_StepScores.apply, (keys, q))
+    torch.testing.assert_close(_StepScores.apply(keys, q), torch.einsum("bsq,bq->bs", keys, q))
