@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up batches (ours)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
     p.add_argument("--per-repeat", type=int, default=20, help="batches per repeat")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure training speed this many times, ours and JoeyNMT's alternating "
+                        "arm by arm; tokens/s and ratios are the medians over rounds (on a "
+                        "shared machine the speed drifts by tens of percent within minutes)")
     p.add_argument("--decode-sentences", type=int, default=500,
                    help="test sentences decoded (every k-th of the split); 0 = the whole split")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n x n ceiling matmul")
@@ -86,7 +91,7 @@ def check_args(args: argparse.Namespace) -> None:
     for arm in filter(None, args.joey_arms.split(",")):
         if arm not in ("bahdanau", "luong"):
             raise ConfigError(f"--joey-arms: JoeyNMT has no {arm!r} attention; use bahdanau,luong")
-    for name in ("threads", "batch_tokens", "repeats", "per_repeat", "matmul_size"):
+    for name in ("threads", "batch_tokens", "repeats", "per_repeat", "matmul_size", "rounds"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
     if min(args.warmup, args.decode_sentences, args.minutes, args.profile) < 0:
@@ -175,6 +180,7 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for arm in filter(None, args.joey_arms.split(",")):
         jcfg = bench_joey.joey_config(arm, files, (cfg.data.src_lang, cfg.data.tgt_lang),
                                       work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
+        JOEY_CONFIGS[arm] = jcfg
         row = {"train": bench_joey.train(jcfg, work)}
         for beam, key in ((1, "greedy"), (5, "beam5")):
             res = bench_joey.test(jcfg, work, beam)
@@ -186,6 +192,39 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"joey  {arm:14s} {t['tgt_tok_per_s']:9.0f} {'-':>9s} {row['greedy']['sent_per_s']:8.1f} "
               f"{row['beam5']['sent_per_s']:8.1f} {row['peak_rss_mib']:8.0f}", flush=True)
     return out
+
+
+# JoeyNMT's config per arm from measure_joey, reused by later rounds
+JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
+
+
+def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
+    """Rounds 2..N of training speed only, per arm ours then JoeyNMT's, so each pair is
+    measured minutes apart; each side's tokens/s becomes the median over the rounds and
+    ``round_ratios`` keeps ours/theirs of every round."""
+    ours, joey = results["ours"], results.get("joey", {}).get("arms", {})
+    for side in (ours, joey):
+        for row in side.values():
+            row["train"]["tgt_tok_per_s_rounds"] = [row["train"]["tgt_tok_per_s"]]
+    settings = {**settings_of(args, False), "decode": False, "profile": 0}
+    for r in range(2, args.rounds + 1):
+        for arm in args.arms.split(","):
+            rate = run_arm_child(arm, settings)["train"]["tgt_tok_per_s"]
+            ours[arm]["train"]["tgt_tok_per_s_rounds"].append(rate)
+            line = f"round {r}: ours {arm} {rate:.0f} tgt tok/s"
+            if arm in joey:
+                theirs = bench_joey.train(JOEY_CONFIGS[arm], work)["tgt_tok_per_s"]
+                joey[arm]["train"]["tgt_tok_per_s_rounds"].append(theirs)
+                line += f", JoeyNMT {theirs:.0f} (x{rate / theirs:.2f})"
+            print(line, flush=True)
+    for side in (ours, joey):
+        for row in side.values():
+            row["train"]["tgt_tok_per_s_round1"] = row["train"]["tgt_tok_per_s"]
+            row["train"]["tgt_tok_per_s"] = statistics.median(row["train"]["tgt_tok_per_s_rounds"])
+    results["round_ratios"] = {
+        arm: [o / j for o, j in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
+                                    joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
+        for arm in joey if arm in ours}
 
 
 def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -229,6 +268,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         use_joey = False
     if use_joey:
         results["joey"] = measure_joey(args, work)
+    if args.rounds > 1:
+        more_rounds(args, work, results)
+        print(f"training tgt tok/s, median of {args.rounds} rounds: " + ", ".join(
+            f"{side} {arm} {row['train']['tgt_tok_per_s']:.0f}"
+            for side, rows in (("ours", results["ours"]),
+                               ("JoeyNMT", results.get("joey", {}).get("arms", {})))
+            for arm, row in rows.items()))
+        for arm, rs in results.get("round_ratios", {}).items():
+            print(f"ours/joey {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
+    if use_joey:
         results["ratios"] = ratios(results["ours"], results["joey"])
         print_ratios("ours/joey", results["ratios"])
         if not args.ours_run:

@@ -22,8 +22,12 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
     out = tmp_path / "bench.json"
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     benchmark.main(["--quick", "--no-joey", "--arms", "luong", "--batch-tokens", "200",
-                    "--matmul-size", "256", "--work", str(tmp_path), "--json", str(out), *data])
+                    "--matmul-size", "256", "--rounds", "2", "--work", str(tmp_path),
+                    "--json", str(out), *data])
     res = json.loads(out.read_text())
+    train = res["ours"]["luong"]["train"]  # two rounds: the reported rate is their median
+    assert len(train["tgt_tok_per_s_rounds"]) == 2
+    assert train["tgt_tok_per_s"] == pytest.approx(sum(train["tgt_tok_per_s_rounds"]) / 2)
     assert res["matmul"]["fp32_flops_per_s"] > 1e8
     assert set(res["ours"]) == {"luong"}
     for row in res["ours"].values():
@@ -77,8 +81,9 @@ def test_joey_config_matches_our_sizes(tmp_path):
 def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     res = benchmark.main(["--quick", "--arms", "bahdanau", "--joey-arms", "bahdanau",
-                          "--batch-tokens", "200", "--matmul-size", "256", "--work", str(tmp_path),
-                          *data])
+                          "--batch-tokens", "200", "--matmul-size", "256", "--rounds", "2",
+                          "--work", str(tmp_path), *data])
     joey = res["joey"]["arms"]["bahdanau"]
     assert joey["train"]["tgt_tok_per_s"] > 0 and joey["beam5"]["sent_per_s"] > 0
+    assert len(joey["train"]["tgt_tok_per_s_rounds"]) == 2 and len(res["round_ratios"]["bahdanau"]) == 2
     assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s"] > 0
