@@ -143,8 +143,8 @@ def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:
 
     with FlopCounterMode(display=False) as counter:
         with autocast(run):
-            total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
-        (total / batch.n_tgt_tokens).backward()
+            loss = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
+        (loss / batch.n_tgt_tokens).backward()
     run.model.zero_grad(set_to_none=True)
     total = counter.get_total_flops()
     return {"flops_fwd_bwd": float(total), "flops_per_tgt_token": total / batch.n_tgt_tokens}

@@ -41,8 +41,8 @@ class DeferredGrad:
 
     ``shared_on_right``: y_t = x_t M, x_t (B, K), M (B, K, N), y_t (B, N) (the context);
     otherwise y_t = M x_t, M (B, N, K), x_t (B, K), y_t (B, N) (bilinear scores).
-    ``shared``: what the loop multiplies with (M detached). ``add(t, y, x)`` returns y_t
-    plus step t's zero slice and records x_t.
+    ``shared``: what the loop multiplies with (M detached). ``add(y, x)`` returns y_t
+    plus the next step's zero slice and records x_t.
     """
 
     def __init__(self, tensor: Tensor, steps: int, shared_on_right: bool) -> None:
