@@ -60,6 +60,15 @@ class AttentionMemory:
             context=None if self.context is None else self.context.index_select(0, index),
         )
 
+    def head(self, rows: int) -> AttentionMemory:
+        """The first ``rows`` rows (views), deferred gradients kept: a step loop whose
+        finished sentences (sorted last) drop out uses this."""
+        def cut(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[:rows]
+
+        return replace(self, values=self.values[:rows], mask_bias=self.mask_bias[:rows],
+                       keys=cut(self.keys), context=cut(self.context))
+
 
 def _mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     """(batch, src_len) bool, True = real token -> additive bias 0 / -inf.

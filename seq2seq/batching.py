@@ -214,7 +214,8 @@ def eval_batches(enc: EncodedSplit, indices: np.ndarray, batch_tokens: int) -> l
 
 @dataclass
 class Batch:
-    """Padded tensors of one batch, rows sorted by source length (longest first).
+    """Padded tensors of one batch, rows sorted by target length (longest first; ties
+    by source length), so the decoder's step loop can drop finished rows off the end.
 
     src: (batch, src_len) long, PAD_ID after each source
     src_lens: (batch,) long
@@ -257,7 +258,7 @@ class Batch:
 def collate(enc: EncodedSplit, idx: np.ndarray) -> Batch:
     """Pad the pairs ``idx`` of ``enc`` into a :class:`Batch`."""
     idx = np.asarray(idx)
-    idx = idx[np.argsort(-enc.src_lens[idx], kind="stable")]
+    idx = idx[np.lexsort((-enc.src_lens[idx], -enc.tgt_lens[idx]))]
     src_lens = enc.src_lens[idx]
     tgt_lens = enc.tgt_lens[idx]
     n = len(idx)

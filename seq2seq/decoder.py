@@ -24,6 +24,7 @@ the output layer and the cross-entropy fused in chunks over real tokens only
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +56,12 @@ class DecoderState:
 
         return DecoderState(hidden=pick(self.hidden), cell=pick(self.cell),
                             feed=None if self.feed is None else self.feed.index_select(0, index))
+
+    def head(self, rows: int) -> DecoderState:
+        """The first ``rows`` rows of every tensor (views)."""
+        return DecoderState(hidden=tuple(t[:rows] for t in self.hidden),
+                            cell=None if self.cell is None else tuple(t[:rows] for t in self.cell),
+                            feed=None if self.feed is None else self.feed[:rows])
 
 
 class StackedRNN(nn.Module):
@@ -250,9 +257,37 @@ class Decoder(nn.Module):
             logits, _ = self.forward(tgt_in, state, memory, teacher_forcing, mask)
             return F.cross_entropy(logits.float(), tgt_out[mask], reduction="sum",
                                    label_smoothing=label_smoothing)
-        t, _ = self._readouts(tgt_in, state, memory)
-        x, weight, bias = self._output_layer(t[mask])
-        return linear_cross_entropy(x, weight, bias, tgt_out[mask], label_smoothing)
+        if self.can_fuse:
+            t, _ = self._readouts(tgt_in, state, memory)
+            t, targets = t[mask], tgt_out[mask]
+        else:
+            t, targets = self._packed_loop(tgt_in, tgt_out, state, memory)
+        x, weight, bias = self._output_layer(t)
+        return linear_cross_entropy(x, weight, bias, targets, label_smoothing)
+
+    def _packed_loop(self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState,
+                     memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        """The step loop over real tokens only: readouts (N, H) and their targets (N,).
+
+        Rows are sorted longest target first and each step runs only the rows whose
+        target has not ended (as a packed RNN does), so no step computes on padding
+        (about a fifth of the positions of a length-bucketed batch). Training batches
+        arrive sorted (``batching.collate``); other orders are sorted here. Tokens
+        come out time-major: step 0 of every row, then step 1, ...
+        """
+        mask = tgt_out != PAD_ID
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        if bool((lengths[:-1] < lengths[1:]).any()):
+            tgt_in, tgt_out, mask = tgt_in[order], tgt_out[order], mask[order]
+            state, memory = state.index_select(order), memory.index_select(order)
+        lens = lengths[order].tolist()
+        steps = lens[0]
+        # active[i]: rows whose target is longer than i (a prefix, lens descending)
+        active = [len(lens) - bisect.bisect_right(lens[::-1], i) for i in range(steps)]
+        emb = self.dropout(self.embedding(tgt_in[:, :steps]))
+        t, _ = self._loop(emb, state, memory, active)
+        return t, tgt_out[:, :steps].t()[mask[:, :steps].t()]
 
     def _readouts(self, tgt_in: Tensor, state: DecoderState, memory: AttentionMemory
                   ) -> tuple[Tensor, Tensor]:
@@ -262,22 +297,37 @@ class Decoder(nn.Module):
             return self._fused(emb, state, memory)
         return self._loop(emb, state, memory)
 
-    def _loop(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
-              ) -> tuple[Tensor, Tensor]:
-        """Step by step: emb (B, T, E) -> readout vectors (B, T, H), weights (B, T, S)."""
-        states, contexts, weights = [], [], []
+    def _loop(self, emb: Tensor, state: DecoderState, memory: AttentionMemory,
+              active: list[int] | None = None) -> tuple[Tensor, Tensor]:
+        """Step by step: emb (B, T, E) -> readout vectors (B, T, H), weights (B, T, S).
+
+        active (T,) non-increasing: step i runs only the first active[i] rows (the
+        others have finished); the results are then packed time-major, (N, H) and
+        (N, S) with N = sum(active).
+        """
+        states, contexts, weights, embs = [], [], [], []
         memory = self.attention.loop_memory(memory, emb.size(1))
+        rows, step_memory = emb.size(0), memory
         # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
-        for emb_i in emb.unbind(1):
-            s, context, w, state = self._advance(emb_i, state, memory)
+        for i, emb_i in enumerate(emb.unbind(1)):
+            if active is not None and active[i] < rows:
+                rows = active[i]
+                state, step_memory = state.head(rows), memory.head(rows)
+            emb_i = emb_i[:rows]
+            s, context, w, state = self._advance(emb_i, state, step_memory)
             states.append(state.feed if state.feed is not None else s)
             contexts.append(context)
             weights.append(w)
+            embs.append(emb_i)
+
+        def join(parts: list[Tensor]) -> Tensor:
+            return torch.cat(parts) if active is not None else torch.stack(parts, dim=1)
+
         if self.attention.feeds_input:  # the readout already ran inside the loop
-            t = torch.stack(states, dim=1)
+            t = join(states)
         else:  # the readout of all steps at once
-            t = self._readout(torch.stack(states, dim=1), emb, torch.stack(contexts, dim=1))
-        return t, torch.stack(weights, dim=1)
+            t = self._readout(join(states), emb if active is None else join(embs), join(contexts))
+        return t, join(weights)
 
     def _fused(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
                ) -> tuple[Tensor, Tensor]:

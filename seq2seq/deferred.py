@@ -53,15 +53,23 @@ class DeferredGrad:
         self._slices = _Deferred.apply(tensor, self, steps, width).unbind(1)
 
     def add(self, y: Tensor, x: Tensor) -> Tensor:
-        """y (B, N) computed with ``shared`` from x (B, K) -> y with M's gradient attached."""
+        """y (b, N) computed with the first b rows of ``shared`` from x (b, K) -> y with
+        M's gradient attached (b < B when finished sentences have left the loop)."""
         step = len(self.inputs)
         self.inputs.append(x.detach())
-        return y + self._slices[step]
+        rows = y.size(0)
+        return y + self._slices[step][:rows]
 
     def shared_grad(self, grad: Tensor) -> Tensor:
         """grad (B, T, N) of all steps' outputs -> the gradient of M."""
         steps = len(self.inputs)
-        x = torch.stack(self.inputs, dim=1)  # (B, steps, K)
+        batch = grad.size(0)
+        if all(x.size(0) == batch for x in self.inputs):
+            x = torch.stack(self.inputs, dim=1)  # (B, steps, K)
+        else:  # rows that had left the loop contribute nothing
+            x = self.inputs[0].new_zeros(batch, steps, self.inputs[0].size(1))
+            for t, x_t in enumerate(self.inputs):
+                x[: x_t.size(0), t] = x_t
         g = grad[:, :steps]
         if self.on_right:  # M (B, K, N): Σ_t x_tᵀ g_t
             return torch.bmm(x.transpose(1, 2), g)

@@ -117,7 +117,11 @@ def test_collate_pads_and_shifts(enc: batching.EncodedSplit) -> None:
     idx = np.array([5, 1, 300, 42])
     batch = batching.collate(enc, idx)
     lens = batch.src_lens.tolist()
-    assert lens == sorted(lens, reverse=True)  # packed sequences want this order
+    tgt_lens = batch.tgt_mask.sum(1).tolist()
+    # longest target first (the decoder drops finished rows off the end), ties by source
+    assert tgt_lens == sorted(tgt_lens, reverse=True)
+    assert [(t, s) for t, s in zip(tgt_lens, lens, strict=True)] == sorted(
+        zip(tgt_lens, lens, strict=True), reverse=True)
     assert sorted(batch.ids.tolist()) == sorted(idx.tolist())
     assert batch.src_mask.sum(1).tolist() == lens
     for row, i in enumerate(batch.ids.tolist()):

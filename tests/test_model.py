@@ -7,6 +7,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 from model_helpers import ATTENTION_VARIANTS as ATTENTIONS
 from model_helpers import (
     fit,
@@ -346,3 +347,34 @@ def test_teacher_forced_gradients_equal_step_loop(att, rnn):
     assert fast.keys() == ref.keys() and len(ref) > 10
     for name in ref:
         torch.testing.assert_close(fast[name], ref[name], rtol=1e-9, atol=1e-11, msg=name)
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+@pytest.mark.parametrize("att", ATTENTIONS, ids=_ids)
+def test_training_loss_skips_finished_rows_exactly(att, rnn):
+    """forward(targets=) runs the step loop on unfinished rows only (rows re-sorted,
+    finished ones dropped): its loss and every gradient equal the plain step loop's
+    cross-entropy over the real tokens. Target lengths 3, 6, 1, 3: unsorted, a tie,
+    a one-token target."""
+    model = _model(att, rnn, dec_layers=2).double().eval()
+    src, lens, tgt_in = _batch()
+    tgt_lens = torch.tensor([3, 6, 1, 3])
+    tgt_out = torch.randint(4, V, tgt_in.shape, generator=torch.Generator().manual_seed(2))
+    tgt_out[torch.arange(6).unsqueeze(0) >= tgt_lens.unsqueeze(1)] = PAD_ID
+    tgt_in[torch.arange(6).unsqueeze(0) >= tgt_lens.unsqueeze(1)] = PAD_ID
+
+    def grads(loss):
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                               if p.grad is not None}
+
+    ref_logits = _step_loop(model, src, lens, tgt_in)[0]
+    ref, ref_grads = grads(F.cross_entropy(ref_logits.flatten(0, 1), tgt_out.flatten(),
+                                           ignore_index=PAD_ID, reduction="sum"))
+    out, out_grads = grads(model(src, lens, tgt_in, targets=tgt_out))
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert out_grads.keys() == ref_grads.keys() and len(ref_grads) > 10
+    for name in ref_grads:
+        torch.testing.assert_close(out_grads[name], ref_grads[name], rtol=1e-9, atol=1e-11,
+                                   msg=name)
