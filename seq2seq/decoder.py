@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, AttentionMemory
 from seq2seq.constants import PAD_ID
+from seq2seq.dropout import Dropout, dropout
 from seq2seq.encoder import rnn_class
 from seq2seq.loss import linear_cross_entropy
 
@@ -93,7 +94,7 @@ class StackedRNN(nn.Module):
         new_h, new_c = [], []
         for layer in range(self.layers):
             if layer > 0 and self.dropout:
-                x = F.dropout(x, self.dropout, self.training)
+                x = dropout(x, self.dropout, self.training)
             if self.is_lstm:
                 h, c = self._cell(x, (hidden[layer], cell[layer]), *self._weights(layer))
                 new_c.append(c)
@@ -142,7 +143,7 @@ class Decoder(nn.Module):
         self.hidden_size = hidden_size
         self.layers = layers
         self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD_ID)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         att = attention
         rnn_in = emb_size + (att.context_size if att.query_before_rnn else 0)
         rnn_in += hidden_size if att.feeds_input else 0

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.constants import PAD_ID
+from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
 
 RNN_TYPES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -47,7 +48,7 @@ class Encoder(nn.Module):
         super().__init__()
         rnn = rnn_class(rnn_type)
         self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD_ID)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.directions = 2 if bidirectional else 1
         self.output_size = hidden_size * self.directions
         sizes = [emb_size] + [self.output_size] * (layers - 1)
