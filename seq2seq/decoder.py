@@ -17,7 +17,8 @@ steps after the loop; when the RNN input does not depend on the RNN output (no
 input feeding, and a query-free attention or a query taken after the RNN) the RNN
 runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul. In the
 step loop, the gradients of the encoder states (and Luong's keys) are summed once after
-the loop (``Attention.loop_memory``, seq2seq/deferred.py). Training calls ``loss``:
+the loop (``Attention.loop_memory``, seq2seq/deferred.py), and in training each step
+runs only the sentences whose target has not ended (``_packed_loop``). Training calls ``loss``:
 the output layer and the cross-entropy fused in chunks over real tokens only
 (seq2seq/loss.py), never an (N, V) logits tensor.
 """
