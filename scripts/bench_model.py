@@ -8,7 +8,8 @@ bidirectional encoder, dropout 0.2. Times forward + cross-entropy + backward (no
 optimizer step); the first batch of each arm is warm-up and excluded; the median
 (and the minimum: other processes on a shared machine only ever add time) of the
 repeats is reported. Lengths are not bucketed, so about a quarter of the target
-positions are padding; --skip-padding shows what tgt_mask saves there. With --decode also greedy and beam-5 sentences/s (eval mode).
+positions are padding; --skip-padding times the training path instead
+(``forward(targets=)``: finished rows leave the step loop, the fused loss skips padding). With --decode also greedy and beam-5 sentences/s (eval mode).
 The real-corpus benchmark against JoeyNMT is scripts/benchmark.py (issue 6).
 """
 
@@ -58,7 +59,7 @@ def time_training(model: torch.nn.Module, batch: tuple[torch.Tensor, ...], repea
                   skip_padding: bool = False) -> list[float]:
     """Wall and process-CPU seconds per forward+backward, after one warm-up call.
 
-    skip_padding: pass tgt_mask so the output layer and the loss skip padded positions.
+    skip_padding: the training path, ``forward(targets=)``, which skips padded positions.
     CPU seconds stay honest on a busy machine (time spent waiting for a core is not
     counted); with one thread they estimate the wall time of an idle machine.
     """
@@ -68,7 +69,7 @@ def time_training(model: torch.nn.Module, batch: tuple[torch.Tensor, ...], repea
     for i in range(repeats + 1):
         start, start_cpu = time.perf_counter(), time.process_time()
         if skip_padding:
-            loss = F.cross_entropy(model(src, lens, tgt_in, tgt_mask=mask), tgt_out[mask])
+            loss = model(src, lens, tgt_in, targets=tgt_out) / int(mask.sum())
         else:
             logits = model(src, lens, tgt_in)
             loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(),
@@ -109,7 +110,7 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=0, metavar="N",
                         help="also time greedy and beam-5 decoding of N sentences")
     parser.add_argument("--skip-padding", action="store_true",
-                        help="logits and loss on real target positions only (tgt_mask)")
+                        help="time the training path, forward(targets=), which skips padding")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
 
