@@ -23,17 +23,39 @@ import torch
 from torch import Tensor
 
 
+def _shared_grad(grad: Tensor, inputs: list[Tensor], on_right: bool) -> Tensor:
+    """grad (B, T, N) of all steps' outputs and the recorded x_t -> the gradient of M."""
+    steps, batch = len(inputs), grad.size(0)
+    if all(x.size(0) == batch for x in inputs):
+        x = torch.stack(inputs, dim=1)  # (B, steps, K)
+    else:  # rows that had left the loop contribute nothing
+        x = inputs[0].new_zeros(batch, steps, inputs[0].size(1))
+        for t, x_t in enumerate(inputs):
+            x[: x_t.size(0), t] = x_t
+    g = grad[:, :steps]
+    if on_right:  # M (B, K, N): Σ_t x_tᵀ g_t
+        return torch.bmm(x.transpose(1, 2), g)
+    return torch.bmm(g.transpose(1, 2), x)  # M (B, N, K): Σ_t g_t x_tᵀ
+
+
 class _Deferred(torch.autograd.Function):
-    """Zeros (B, T, N) whose backward turns their gradient into the shared tensor's."""
+    """Zeros (B, T, N) whose backward turns their gradient into the shared tensor's.
+
+    ctx keeps only the list the loop appends x_t to, never the DeferredGrad: that
+    object holds this node's outputs, and a reference back from ctx would make a
+    cycle through autograd's C++ graph that Python's garbage collector cannot see
+    (every batch's encoder states would stay in memory).
+    """
 
     @staticmethod
-    def forward(ctx, shared: Tensor, recorder: DeferredGrad, steps: int, width: int) -> Tensor:
-        ctx.recorder = recorder
+    def forward(ctx, shared: Tensor, inputs: list[Tensor], on_right: bool, steps: int,
+                width: int) -> Tensor:
+        ctx.inputs, ctx.on_right = inputs, on_right
         return shared.new_zeros(shared.size(0), steps, width)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
-        return ctx.recorder.shared_grad(grad), None, None, None
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, None, None]:
+        return _shared_grad(grad, ctx.inputs, ctx.on_right), None, None, None, None
 
 
 class DeferredGrad:
@@ -47,33 +69,17 @@ class DeferredGrad:
 
     def __init__(self, tensor: Tensor, steps: int, shared_on_right: bool) -> None:
         self.shared = tensor.detach()
-        self.on_right = shared_on_right
         self.inputs: list[Tensor] = []
         width = tensor.size(2) if shared_on_right else tensor.size(1)
-        self._slices = _Deferred.apply(tensor, self, steps, width).unbind(1)
+        self._slices = _Deferred.apply(tensor, self.inputs, shared_on_right, steps,
+                                       width).unbind(1)
 
     def add(self, y: Tensor, x: Tensor) -> Tensor:
         """y (b, N) computed with the first b rows of ``shared`` from x (b, K) -> y with
         M's gradient attached (b < B when finished sentences have left the loop)."""
         step = len(self.inputs)
         self.inputs.append(x.detach())
-        rows = y.size(0)
-        return y + self._slices[step][:rows]
-
-    def shared_grad(self, grad: Tensor) -> Tensor:
-        """grad (B, T, N) of all steps' outputs -> the gradient of M."""
-        steps = len(self.inputs)
-        batch = grad.size(0)
-        if all(x.size(0) == batch for x in self.inputs):
-            x = torch.stack(self.inputs, dim=1)  # (B, steps, K)
-        else:  # rows that had left the loop contribute nothing
-            x = self.inputs[0].new_zeros(batch, steps, self.inputs[0].size(1))
-            for t, x_t in enumerate(self.inputs):
-                x[: x_t.size(0), t] = x_t
-        g = grad[:, :steps]
-        if self.on_right:  # M (B, K, N): Σ_t x_tᵀ g_t
-            return torch.bmm(x.transpose(1, 2), g)
-        return torch.bmm(g.transpose(1, 2), x)  # M (B, N, K): Σ_t g_t x_tᵀ
+        return y + self._slices[step][: y.size(0)]
 
 
 def deferring(tensor: Tensor | None) -> bool:
