@@ -26,6 +26,7 @@ the output layer and the cross-entropy fused in chunks over real tokens only
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,19 +52,21 @@ class DecoderState:
     cell: tuple[Tensor, ...] | None = None
     feed: Tensor | None = None
 
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> DecoderState:
+        """Apply fn to every tensor (per-layer hidden and cell states, the feed)."""
+        def each(ts: tuple[Tensor, ...] | None) -> tuple[Tensor, ...] | None:
+            return None if ts is None else tuple(fn(t) for t in ts)
+
+        return DecoderState(hidden=each(self.hidden), cell=each(self.cell),
+                            feed=None if self.feed is None else fn(self.feed))
+
     def index_select(self, index: Tensor) -> DecoderState:
         """Rows ``index`` (new_batch,) of every tensor: beam search reorders with this."""
-        def pick(ts: tuple[Tensor, ...] | None) -> tuple[Tensor, ...] | None:
-            return None if ts is None else tuple(t.index_select(0, index) for t in ts)
-
-        return DecoderState(hidden=pick(self.hidden), cell=pick(self.cell),
-                            feed=None if self.feed is None else self.feed.index_select(0, index))
+        return self._map(lambda t: t.index_select(0, index))
 
     def head(self, rows: int) -> DecoderState:
         """The first ``rows`` rows of every tensor (views)."""
-        return DecoderState(hidden=tuple(t[:rows] for t in self.hidden),
-                            cell=None if self.cell is None else tuple(t[:rows] for t in self.cell),
-                            feed=None if self.feed is None else self.feed[:rows])
+        return self._map(lambda t: t[:rows])
 
 
 class StackedRNN(nn.Module):
@@ -279,11 +282,11 @@ class Decoder(nn.Module):
         """
         mask = tgt_out != PAD_ID
         lengths = mask.sum(dim=1)
-        order = torch.argsort(lengths, descending=True, stable=True)
         if bool((lengths[:-1] < lengths[1:]).any()):
-            tgt_in, tgt_out, mask = tgt_in[order], tgt_out[order], mask[order]
+            order = torch.argsort(lengths, descending=True, stable=True)
+            tgt_in, tgt_out, mask, lengths = tgt_in[order], tgt_out[order], mask[order], lengths[order]
             state, memory = state.index_select(order), memory.index_select(order)
-        lens = lengths[order].tolist()
+        lens = lengths.tolist()
         steps = lens[0]
         # active[i]: rows whose target is longer than i (a prefix, lens descending)
         active = [len(lens) - bisect.bisect_right(lens[::-1], i) for i in range(steps)]
