@@ -410,3 +410,40 @@ def test_training_step_leaves_nothing_alive(att, backward, monkeypatch):
     expect_loop = att.name != "none" and (att.input_feeding or att.name == "bahdanau")
     assert (len(made) > 0) == expect_loop
     assert all(ref() is None for ref in made)
+
+
+@pytest.mark.parametrize("att", ATTENTIONS, ids=_ids)
+def test_loop_runs_the_precomputed_plan(att, monkeypatch):
+    """The step loop takes its shortcuts (seq2seq/decoder_layers.py): the RNN multiplies
+    only the non-embedding part of its input, and with input feeding the context is
+    averaged over values already projected to the readout's size (hidden 6, not the
+    encoder's 12). The equality tests above say the shortcuts are exact; this says they run."""
+    import seq2seq.attention as attention_module
+    import seq2seq.decoder_layers as layers_module
+
+    widths, shared = [], []
+    real_cell = torch.gru_cell
+
+    def cell(x, *args):
+        widths.append(x.size(-1))
+        return real_cell(x, *args)
+
+    class Recording(attention_module.DeferredGrad):
+        def __init__(self, tensor, steps, shared_on_right):
+            super().__init__(tensor, steps, shared_on_right)
+            shared.append((shared_on_right, tensor.size(-1)))
+
+    monkeypatch.setattr(attention_module, "DeferredGrad", Recording)
+    model = _model(att).train()
+    monkeypatch.setattr(model.decoder.rnn, "_cell", cell)
+    assert layers_module.StackedRNN is type(model.decoder.rnn)
+    src, lens, tgt_in = _batch()
+    model(src, lens, tgt_in, targets=tgt_in.roll(-1, dims=1)).backward()
+    if model.decoder.can_fuse:
+        assert widths == [] and shared == []
+        return
+    feeds = model.decoder.attention.feeds_input
+    context = 12 if att.name == "bahdanau" else 0
+    assert set(widths) == {context + (6 if feeds else 0)}  # the 8 embedding columns ran before
+    values = [width for on_right, width in shared if on_right]
+    assert values == [6 if feeds else 12]
