@@ -31,7 +31,7 @@ from seq2seq.corpus import corpus_dir, load_corpus  # noqa: E402
 from seq2seq.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters  # noqa: E402
 from seq2seq.optim import build_optimizer  # noqa: E402
-from seq2seq.runtime import seed_everything  # noqa: E402
+from seq2seq.runtime import keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.train import Run, train_step  # noqa: E402
 
@@ -188,6 +188,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     torch.profiler after the timing, 0 = none), decode_runs ({arm: run
     folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
     torch.set_num_threads(settings["threads"])
+    keep_freed_memory()  # as seq2seq-train does
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
                        settings["bf16"], settings["threads"])
     bench = load_bench_data(cfg, settings["decode_sentences"])

@@ -106,6 +106,7 @@ def setup(cfg: DictConfig) -> Run:
     check_train_config(t)
     resume_from = resume_checkpoint(run_dir, t.resume)
     threads = set_threads(distributed.threads_per_rank(t.threads))
+    runtime.keep_freed_memory()
     check_model_config(cfg.model)
     with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
         corpus = load_corpus(cfg.data)
