@@ -16,11 +16,8 @@ Speed: the teacher-forced forward runs the readout and the logits once over all
 steps after the loop; when the RNN input does not depend on the RNN output (no
 input feeding, and a query-free attention or a query taken after the RNN) the RNN
 runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul. In the
-step loop, what does not depend on the previous step runs once before it (``_plan``,
-seq2seq/decoder_layers.py: the RNN's input projection of the embeddings; with input
-feeding the values projected through the readout), the gradients of the encoder states
-(and Luong's keys) are summed once after the loop (``Attention.loop_memory``,
-seq2seq/deferred.py), and in training each step
+step loop, the gradients of the encoder states (and Luong's keys) are summed once after
+the loop (``Attention.loop_memory``, seq2seq/deferred.py), and in training each step
 runs only the sentences whose target has not ended (``_packed_loop``). Training calls ``loss``:
 the output layer and the cross-entropy fused in chunks over real tokens only
 (seq2seq/loss.py), never an (N, V) logits tensor.
@@ -30,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -38,8 +35,8 @@ from torch import Tensor, nn
 
 from seq2seq.attention import Attention, AttentionMemory
 from seq2seq.constants import PAD_ID
-from seq2seq.decoder_layers import LoopPlan, Readout, StackedRNN, StepTerms
-from seq2seq.dropout import Dropout
+from seq2seq.dropout import Dropout, dropout
+from seq2seq.encoder import rnn_class
 from seq2seq.loss import linear_cross_entropy
 
 
@@ -70,6 +67,72 @@ class DecoderState:
     def head(self, rows: int) -> DecoderState:
         """The first ``rows`` rows of every tensor (views)."""
         return self._map(lambda t: t[:rows])
+
+
+class StackedRNN(nn.Module):
+    """A unidirectional multi-layer GRU/LSTM usable one step at a time or fused.
+
+    The parameters belong to one nn.GRU/nn.LSTM; ``step`` applies the same weights
+    with torch's cell kernels (what nn.GRUCell/nn.LSTMCell call), so the fused and
+    per-step paths compute the same function.
+    """
+
+    def __init__(self, rnn_type: str, input_size: int, hidden_size: int, layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.rnn = rnn_class(rnn_type)(input_size, hidden_size, num_layers=layers,
+                                       batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.is_lstm = rnn_type == "lstm"
+        self.layers = layers
+        self.dropout = dropout if layers > 1 else 0.0
+        self._cell = torch.lstm_cell if self.is_lstm else torch.gru_cell
+
+    def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        r = self.rnn
+        return (getattr(r, f"weight_ih_l{layer}"), getattr(r, f"weight_hh_l{layer}"),
+                getattr(r, f"bias_ih_l{layer}"), getattr(r, f"bias_hh_l{layer}"))
+
+    def step(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
+             ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...] | None]:
+        """x (B, input_size), per-layer (B, H) states -> the next per-layer states."""
+        new_h, new_c = [], []
+        for layer in range(self.layers):
+            if layer > 0 and self.dropout:
+                x = dropout(x, self.dropout, self.training)
+            if self.is_lstm:
+                h, c = self._cell(x, (hidden[layer], cell[layer]), *self._weights(layer))
+                new_c.append(c)
+            else:
+                h = self._cell(x, hidden[layer], *self._weights(layer))
+            new_h.append(h)
+            x = h
+        return tuple(new_h), (tuple(new_c) if self.is_lstm else None)
+
+    def fused(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
+              ) -> Tensor:
+        """x (B, T, input_size) -> top-layer outputs (B, T, H) in one RNN call."""
+        h0 = torch.stack(hidden)  # (layers, B, H)
+        if self.is_lstm:
+            out, _ = self.rnn(x, (h0, torch.stack(cell)))
+        else:
+            out, _ = self.rnn(x, h0)
+        return out
+
+
+class Readout(nn.Module):
+    """t = tanh(W [s; c (; emb)]) or maxout over pairs of units (Goodfellow et al. 2013)."""
+
+    def __init__(self, in_size: int, out_size: int, maxout: bool) -> None:
+        super().__init__()
+        self.maxout = maxout
+        self.proj = nn.Linear(in_size, out_size * (2 if maxout else 1))
+
+    def forward(self, parts: list[Tensor]) -> Tensor:
+        """parts: tensors (..., d_i) -> (..., out_size)."""
+        z = self.proj(torch.cat(parts, dim=-1))
+        if self.maxout:
+            return z.unflatten(-1, (-1, 2)).amax(dim=-1)
+        return torch.tanh(z)
 
 
 class Decoder(nn.Module):
@@ -141,31 +204,22 @@ class Decoder(nn.Module):
             t = self.tie_proj(t)
         return t, self.embedding.weight, self.out_bias
 
-    def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory,
-                 terms: StepTerms | None = None) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
+    def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
+                 ) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
         """One step without the output layer: emb (B, E) -> s_t (B, H), c_t (B, C),
-        weights (B, S) and the new state (whose feed is t_t when input feeding).
-
-        terms: in a teacher-forced loop, this step's precomputed terms (``LoopPlan``);
-        with a folded readout, c_t comes out already projected, W_c c_t (B, R).
-        """
+        weights (B, S) and the new state (whose feed is t_t when input feeding)."""
         att = self.attention
-        parts = [emb] if terms is None else []
+        parts = [emb]
         if att.query_before_rnn:
             context, weights = att(state.hidden[-1], memory)
             parts.append(context)
         if att.feeds_input:
             parts.append(state.feed)
-        x = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-        hidden, cell = self.rnn.step(x, state.hidden, state.cell,
-                                     None if terms is None else terms.rnn)
+        hidden, cell = self.rnn.step(torch.cat(parts, dim=-1), state.hidden, state.cell)
         s = hidden[-1]
         if not att.query_before_rnn:
             context, weights = att(s, memory)
-        feed = None
-        if att.feeds_input:
-            feed = (self._readout(s, emb, context) if terms is None or terms.readout is None
-                    else self.readout.from_projected(s, context, terms))
+        feed = self._readout(s, emb, context) if att.feeds_input else None
         return s, context, weights, DecoderState(hidden, cell, feed)
 
     def _readout(self, s: Tensor, emb: Tensor, context: Tensor) -> Tensor:
@@ -257,7 +311,6 @@ class Decoder(nn.Module):
         (N, S) with N = sum(active).
         """
         states, contexts, weights, embs = [], [], [], []
-        plan, memory = self._plan(emb, memory)
         memory = self.attention.loop_memory(memory, emb.size(1))
         rows, step_memory = emb.size(0), memory
         # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
@@ -266,7 +319,7 @@ class Decoder(nn.Module):
                 rows = active[i]
                 state, step_memory = state.head(rows), memory.head(rows)
             emb_i = emb_i[:rows]
-            s, context, w, state = self._advance(emb_i, state, step_memory, plan.at(i, rows))
+            s, context, w, state = self._advance(emb_i, state, step_memory)
             states.append(state.feed if state.feed is not None else s)
             contexts.append(context)
             weights.append(w)
@@ -280,21 +333,6 @@ class Decoder(nn.Module):
         else:  # the readout of all steps at once
             t = self._readout(join(states), emb if active is None else join(embs), join(contexts))
         return t, join(weights)
-
-    def _plan(self, emb: Tensor, memory: AttentionMemory) -> tuple[LoopPlan, AttentionMemory]:
-        """emb (B, T, E) -> the loop's precomputed terms, and the memory the loop reads
-        (values projected through the readout's context block when folded)."""
-        lead, w_rest = self.rnn.split_input(emb)
-        att = self.attention
-        if not att.feeds_input or att.query_before_rnn:  # the context is not readout-only
-            return LoopPlan(lead.unbind(1), w_rest), memory
-        sizes = [self.hidden_size, att.context_size]
-        sizes += [emb.size(-1)] if self.reads_embedding else []
-        w_state, w_context, *w_emb = self.readout.blocks(sizes)
-        bias = self.readout.proj.bias
-        readout = F.linear(emb, w_emb[0], bias).unbind(1) if w_emb else bias
-        memory = replace(memory, values=F.linear(memory.values, w_context))
-        return LoopPlan(lead.unbind(1), w_rest, readout, w_state), memory
 
     def _fused(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
                ) -> tuple[Tensor, Tensor]:

@@ -33,7 +33,6 @@ def _shared_grad(grad: Tensor, inputs: list[Tensor], on_right: bool) -> Tensor:
         for t, x_t in enumerate(inputs):
             x[: x_t.size(0), t] = x_t
     g = grad[:, :steps]
-    x = x.to(g.dtype)  # under autocast the x_t may be wider than M (softmax weights stay fp32)
     if on_right:  # M (B, K, N): Σ_t x_tᵀ g_t
         return torch.bmm(x.transpose(1, 2), g)
     return torch.bmm(g.transpose(1, 2), x)  # M (B, N, K): Σ_t g_t x_tᵀ
