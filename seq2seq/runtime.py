@@ -58,7 +58,10 @@ def keep_freed_memory() -> bool:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # musl or another libc
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    # both are set even if one is refused (mallopt returns 0 for a value it rejects)
+    mapped = mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    trimmed = mallopt(_M_TRIM_THRESHOLD, 1 << 30)
+    return bool(mapped and trimmed)
 
 
 def bf16_supported(device: torch.device) -> bool:
