@@ -9,6 +9,7 @@ and the size are the same). `make joeynmt-env` builds the environment.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import subprocess
@@ -26,8 +27,17 @@ JOEY_PYTHON = ROOT / ".venv-joey" / "bin" / "python"
 TOKENS_PER_SEC = re.compile(r"Tokens per Sec:\s*([0-9.]+)")
 GENERATION = re.compile(r"Generation took\s*([0-9.]+)\[sec\]")
 PEAK = re.compile(r"PEAK_RSS_KB (\d+)")
-# `python -m joeynmt ARGS` that prints its own peak resident memory when it ends
-PEAK_WRAPPER = ("import resource, runpy, sys\n"
+FLUSHED = re.compile(r"DENORMALS_FLUSHED (True|False)")
+# `python -m joeynmt ARGS` that prints its own peak resident memory when it ends. With
+# BENCH_FLUSH_DENORMALS=1 it first sets flush-to-zero, before torch starts its worker
+# threads (they copy the flag from this thread), and prints whether every thread has it:
+# a matmul whose true result is denormal must come out all zero.
+PEAK_WRAPPER = ("import os, resource, runpy, sys\n"
+                "if os.environ.get('BENCH_FLUSH_DENORMALS') == '1':\n"
+                "    import torch\n"
+                "    torch.set_flush_denormal(True)\n"
+                "    a = torch.full((512, 512), 1e-20) @ torch.full((512, 512), 1e-22)\n"
+                "    print('DENORMALS_FLUSHED', bool((a == 0).all()), file=sys.stderr)\n"
                 "sys.argv = ['joeynmt', *sys.argv[1:]]\n"
                 "try:\n    runpy.run_module('joeynmt', run_name='__main__')\n"
                 "finally:\n    print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
@@ -157,11 +167,14 @@ def write_config(cfg: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def run_joey(args: list[str], log_path: Path, timeout: float) -> tuple[str, float]:
-    """``.venv-joey/bin/python -m joeynmt ARGS``; its whole output goes to ``log_path``."""
+def run_joey(args: list[str], log_path: Path, timeout: float, flush_denormals: bool = False
+             ) -> tuple[str, float]:
+    """``.venv-joey/bin/python -m joeynmt ARGS``; its whole output goes to ``log_path``.
+    flush_denormals: with flush-to-zero in every thread (not JoeyNMT's default)."""
     start = time.perf_counter()
+    env = {**os.environ, "BENCH_FLUSH_DENORMALS": "1" if flush_denormals else "0"}
     proc = subprocess.run([str(JOEY_PYTHON), "-c", PEAK_WRAPPER, *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
     wall = time.perf_counter() - start
     text = proc.stdout + proc.stderr
     log_path.write_text(text, encoding="utf-8")
@@ -176,11 +189,15 @@ def peak_rss_mib(text: str) -> float:
     return int(found[-1]) / 1024 if found else float("nan")
 
 
-def train(cfg: dict[str, Any], work: Path, timeout: float = 3600) -> dict[str, Any]:
-    """Train; tokens/s from its log lines, the first window (warm-up) dropped."""
+def train(cfg: dict[str, Any], work: Path, timeout: float = 3600, flush_denormals: bool = False
+          ) -> dict[str, Any]:
+    """Train; tokens/s from its log lines, the first window (warm-up) dropped.
+    flush_denormals: stock JoeyNMT computes on denormals; this times it with them flushed."""
     path = write_config(cfg, work / f"{cfg['name']}.yaml")
-    text, wall = run_joey(["train", str(path), "--skip-test"], work / f"{cfg['name']}.train.log",
-                          timeout)
+    log = work / f"{cfg['name']}{'.ftz' if flush_denormals else ''}.train.log"
+    text, wall = run_joey(["train", str(path), "--skip-test"], log, timeout, flush_denormals)
+    if flush_denormals and FLUSHED.findall(text) != ["True"]:
+        raise Seq2SeqError(f"JoeyNMT could not be run with denormals flushed; see {log}")
     rates = [float(m) for m in TOKENS_PER_SEC.findall(text)]
     timed = rates[1:] or rates
     return {"tgt_tok_per_s": statistics.median(timed) if timed else float("nan"),

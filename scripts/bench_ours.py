@@ -31,7 +31,7 @@ from seq2seq.corpus import corpus_dir, load_corpus  # noqa: E402
 from seq2seq.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters  # noqa: E402
 from seq2seq.optim import build_optimizer  # noqa: E402
-from seq2seq.runtime import keep_freed_memory, seed_everything  # noqa: E402
+from seq2seq.runtime import flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.train import Run, train_step  # noqa: E402
 
@@ -39,7 +39,7 @@ ARMS = ("none", "bahdanau", "luong")
 
 
 def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: bool,
-                 threads: int) -> DictConfig:
+                 threads: int, flush_denormals: bool = True) -> DictConfig:
     """The fixed benchmark configuration (configs/ defaults: GRU 256/256, bidirectional,
     8k SentencePiece per side) with attention ``arm`` and a constant learning rate."""
     from hydra import compose, initialize_config_dir
@@ -48,7 +48,8 @@ def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: b
 
     overrides = [*data_overrides, f"model/attention={arm}", f"train.batch_tokens={batch_tokens}",
                  f"train.bf16={str(bf16).lower()}", "train.device=cpu", f"train.threads={threads}",
-                 "train.lr_schedule=constant"]
+                 "train.lr_schedule=constant",
+                 f"train.flush_denormals={str(flush_denormals).lower()}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("config", overrides=overrides)
 
@@ -184,13 +185,15 @@ def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[s
 
 def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Everything for one arm. settings: data_overrides, batch_tokens, bf16, threads,
+    flush_denormals (train.flush_denormals, default true),
     warmup, repeats, per_repeat, decode_sentences, decode (bool), profile (batches under
     torch.profiler after the timing, 0 = none), decode_runs ({arm: run
     folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
     torch.set_num_threads(settings["threads"])
-    keep_freed_memory()  # as seq2seq-train does
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
-                       settings["bf16"], settings["threads"])
+                       settings["bf16"], settings["threads"], settings.get("flush_denormals", True))
+    keep_freed_memory()  # as seq2seq-train does
+    flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
     run = make_run(cfg, bench)
     d = bench.data
@@ -198,7 +201,8 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
     batches = [batching.collate(d.train, i) for i in idx[:need]]
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if settings["bf16"] else contextlib.nullcontext()
-    row: dict[str, Any] = {"arm": arm, "bf16": settings["bf16"], "params": count_parameters(run.model),
+    row: dict[str, Any] = {"arm": arm, "bf16": settings["bf16"], "denormals_flushed": flushed,
+                           "params": count_parameters(run.model),
                            "batch": batch_stats(batches)}
     row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
                                  settings["per_repeat"])

@@ -49,6 +49,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="JoeyNMT attentions to run ('' = none); skipped when .venv-joey is missing")
     p.add_argument("--no-joey", action="store_true", help="measure ours only")
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
+    p.add_argument("--with-denormals", action="store_true",
+                   help="also time our training with train.flush_denormals=false (rows "
+                        "'ARM-denormals', training only)")
+    p.add_argument("--joey-flush-denormals", action="store_true",
+                   help="also time JoeyNMT's training with denormals flushed in every thread "
+                        "(what the same CPU setting gives it; rows 'ARM+ftz'), in every round")
     p.add_argument("--threads", type=int, default=2, help="torch threads for every process")
     p.add_argument("--batch-tokens", type=int, default=3000, help="real target tokens per batch")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up batches (ours)")
@@ -110,8 +116,10 @@ def ours_runs(specs: list[str]) -> dict[str, str]:
     return runs
 
 
-def settings_of(args: argparse.Namespace, bf16: bool) -> dict[str, Any]:
+def settings_of(args: argparse.Namespace, bf16: bool, flush_denormals: bool = True
+                ) -> dict[str, Any]:
     return {"data_overrides": args.data, "batch_tokens": args.batch_tokens, "bf16": bf16,
+            "flush_denormals": flush_denormals,
             "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
             "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
             "decode": True, "decode_runs": ours_runs(args.ours_run), "profile": args.profile}
@@ -138,16 +146,27 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
             "n": args.matmul_size, "threads": args.threads}
 
 
+def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(row-name suffix, settings) of each configuration of ours to measure per arm."""
+    out = [("", settings_of(args, False))]
+    if args.bf16:
+        out.append(("+bf16", settings_of(args, True)))
+    if args.with_denormals:
+        out.append(("-denormals", {**settings_of(args, False, flush_denormals=False),
+                                   "decode": False, "profile": 0}))
+    return out
+
+
 def measure_ours(args: argparse.Namespace, rates: dict[str, float]) -> dict[str, Any]:
     rows = {}
-    for bf16 in ([False, True] if args.bf16 else [False]):
+    for suffix, settings in variants(args):
         for arm in args.arms.split(","):
-            row = run_arm_child(arm, settings_of(args, bf16))
-            rate = rates["bf16_flops_per_s" if bf16 else "fp32_flops_per_s"]
+            row = run_arm_child(arm, settings)
+            rate = rates["bf16_flops_per_s" if settings["bf16"] else "fp32_flops_per_s"]
             row["achieved_flops_per_s"] = row["flops_per_tgt_token"] * row["train"]["tgt_tok_per_s"]
             row["fraction_of_matmul"] = row["achieved_flops_per_s"] / rate
-            rows[arm + ("+bf16" if bf16 else "")] = row
-            print_row(arm + ("+bf16" if bf16 else ""), row)
+            rows[arm + suffix] = row
+            print_row(arm + suffix, row)
     return rows
 
 
@@ -182,6 +201,9 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                       work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
         JOEY_CONFIGS[arm] = jcfg
         row = {"train": bench_joey.train(jcfg, work)}
+        if args.joey_flush_denormals:
+            row["train_ftz"] = bench_joey.train(jcfg, work, flush_denormals=True)
+            print(f"joey  {arm + '+ftz':14s} {row['train_ftz']['tgt_tok_per_s']:9.0f}", flush=True)
         for beam, key in ((1, "greedy"), (5, "beam5")):
             res = bench_joey.test(jcfg, work, beam)
             res.pop("hypotheses")
@@ -198,33 +220,46 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
 
 
+def _timed_series(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every training measurement that later rounds repeat: our rows, JoeyNMT's and its +ftz."""
+    joey = results.get("joey", {}).get("arms", {})
+    return ([row["train"] for row in results["ours"].values()]
+            + [row[key] for row in joey.values() for key in ("train", "train_ftz") if key in row])
+
+
 def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
-    """Rounds 2..N of training speed only, per arm ours then JoeyNMT's, so each pair is
-    measured minutes apart; each side's tokens/s becomes the median over the rounds and
-    ``round_ratios`` keeps ours/theirs of every round."""
+    """Rounds 2..N of training speed only, per arm ours (each variant) then JoeyNMT's, so
+    each pair is measured minutes apart; every tokens/s becomes the median over the
+    rounds and ``round_ratios`` keeps ours/theirs of every round."""
     ours, joey = results["ours"], results.get("joey", {}).get("arms", {})
-    for side in (ours, joey):
-        for row in side.values():
-            row["train"]["tgt_tok_per_s_rounds"] = [row["train"]["tgt_tok_per_s"]]
-    settings = {**settings_of(args, False), "decode": False, "profile": 0}
+    for train in _timed_series(results):
+        train["tgt_tok_per_s_rounds"] = [train["tgt_tok_per_s"]]
     for r in range(2, args.rounds + 1):
         for arm in args.arms.split(","):
-            rate = run_arm_child(arm, settings)["train"]["tgt_tok_per_s"]
-            ours[arm]["train"]["tgt_tok_per_s_rounds"].append(rate)
-            line = f"round {r}: ours {arm} {rate:.0f} tgt tok/s"
-            if arm in joey:
-                theirs = bench_joey.train(JOEY_CONFIGS[arm], work)["tgt_tok_per_s"]
-                joey[arm]["train"]["tgt_tok_per_s_rounds"].append(theirs)
-                line += f", JoeyNMT {theirs:.0f} (x{rate / theirs:.2f})"
-            print(line, flush=True)
-    for side in (ours, joey):
-        for row in side.values():
-            row["train"]["tgt_tok_per_s_round1"] = row["train"]["tgt_tok_per_s"]
-            row["train"]["tgt_tok_per_s"] = statistics.median(row["train"]["tgt_tok_per_s_rounds"])
+            line = f"round {r}:"
+            for suffix, settings in variants(args):
+                settings = {**settings, "decode": False, "profile": 0}
+                rate = run_arm_child(arm, settings)["train"]["tgt_tok_per_s"]
+                ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"].append(rate)
+                line += f" ours {arm + suffix} {rate:.0f},"
+            for key in ("train", "train_ftz") if arm in joey else ():
+                if key not in joey[arm]:
+                    continue
+                theirs = bench_joey.train(JOEY_CONFIGS[arm], work,
+                                          flush_denormals=key == "train_ftz")["tgt_tok_per_s"]
+                joey[arm][key]["tgt_tok_per_s_rounds"].append(theirs)
+                mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
+                line += (f" JoeyNMT{'+ftz' if key == 'train_ftz' else ''} {theirs:.0f} "
+                         f"(x{mine / theirs:.2f}),")
+            print(line.rstrip(",") + " tgt tok/s", flush=True)
+    for train in _timed_series(results):
+        train["tgt_tok_per_s_round1"] = train["tgt_tok_per_s"]
+        train["tgt_tok_per_s"] = statistics.median(train["tgt_tok_per_s_rounds"])
     results["round_ratios"] = {
-        arm: [o / j for o, j in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
-                                    joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey if arm in ours}
+        arm + ("+ftz" if key == "train_ftz" else ""):
+            [o / j for o, j in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
+                                   joey[arm][key]["tgt_tok_per_s_rounds"], strict=True)]
+        for arm in joey if arm in ours for key in ("train", "train_ftz") if key in joey[arm]}
 
 
 def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, float]]:
@@ -235,6 +270,9 @@ def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, fl
         if o is None:
             continue
         out[arm] = {"train_tgt_tok_per_s": o["train"]["tgt_tok_per_s"] / j["train"]["tgt_tok_per_s"]}
+        if "train_ftz" in j:  # against JoeyNMT with denormals flushed too
+            out[arm]["train_tgt_tok_per_s_vs_ftz"] = (o["train"]["tgt_tok_per_s"]
+                                                      / j["train_ftz"]["tgt_tok_per_s"])
         for key in ("greedy", "beam5"):
             if key in o:
                 out[arm][f"{key}_sent_per_s"] = o[key]["sent_per_s"] / j[key]["sent_per_s"]
@@ -274,7 +312,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{side} {arm} {row['train']['tgt_tok_per_s']:.0f}"
             for side, rows in (("ours", results["ours"]),
                                ("JoeyNMT", results.get("joey", {}).get("arms", {})))
-            for arm, row in rows.items()))
+            for arm, row in rows.items())
+            + "".join(f", JoeyNMT {arm}+ftz {row['train_ftz']['tgt_tok_per_s']:.0f}"
+                      for arm, row in results.get("joey", {}).get("arms", {}).items()
+                      if "train_ftz" in row))
         for arm, rs in results.get("round_ratios", {}).items():
             print(f"ours/joey {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
     if use_joey:

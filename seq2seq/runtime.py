@@ -64,6 +64,52 @@ def keep_freed_memory() -> bool:
     return bool(mapped and trimmed)
 
 
+def _openmp_runtime() -> ctypes.CDLL | None:
+    """The OpenMP runtime torch runs its intra-op threads on (as loaded in this process)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            paths = {line.split()[-1] for line in maps if "libgomp" in line or "libiomp" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        with contextlib.suppress(OSError):
+            lib = ctypes.CDLL(path)
+            if hasattr(lib, "omp_pause_resource_all"):
+                return lib
+    return None
+
+
+def denormals_flushed() -> bool:
+    """Whether every intra-op thread flushes denormals: a matmul whose true result is
+    denormal (~5e-40) splits its rows between the threads and must come out all zero."""
+    a = torch.full((512, 512), 1e-20)
+    return bool((a @ torch.full((512, 512), 1e-22) == 0).all())
+
+
+def flush_denormals() -> bool:
+    """Treat float32/float64 denormals (|x| < 1.2e-38 in fp32) as zero on the CPU.
+
+    Why: backpropagating through a ~45-step decoder loop and the encoder's recurrence
+    shrinks many gradient entries into the denormal range, and x86 cores take a slow
+    microcode path for every arithmetic operation on a denormal. Measured on real Luong
+    batches (2 cores): the backward through the step loop took 150 ms per batch with
+    denormals and 53 ms with them flushed; training overall ran 1.4x faster (Bahdanau
+    1.07x, none 1.19x). Values that small change no update of Adam at lr 1e-3.
+
+    The flag lives in each thread's MXCSR register, and a new thread copies its
+    creator's. torch sets it only for the calling thread, so the OpenMP worker threads
+    (which MKL's matmuls also run on) are made anew afterwards: ``omp_pause_resource_all``
+    frees the pool and the next parallel region starts workers from this thread. Returns
+    whether every thread now flushes (False on CPUs or builds where this cannot be set).
+    """
+    if not torch.set_flush_denormal(True):
+        return False
+    lib = _openmp_runtime()
+    if lib is not None and not denormals_flushed():
+        lib.omp_pause_resource_all(1)  # omp_pause_soft: threads end, state stays
+    return denormals_flushed()
+
+
 def bf16_supported(device: torch.device) -> bool:
     """Whether bf16 matmuls are native here: CUDA with bf16, or a CPU with AVX512-BF16/AMX.
 

@@ -107,6 +107,7 @@ def setup(cfg: DictConfig) -> Run:
     resume_from = resume_checkpoint(run_dir, t.resume)
     threads = set_threads(distributed.threads_per_rank(t.threads))
     runtime.keep_freed_memory()
+    flushed = t.flush_denormals and runtime.flush_denormals()
     check_model_config(cfg.model)
     with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
         corpus = load_corpus(cfg.data)
@@ -137,18 +138,21 @@ def setup(cfg: DictConfig) -> Run:
             log.warning("resuming with a changed setting: %s", change)
     elif distributed.is_main():
         tokenizers.save(run_dir / TOKENIZER_DIR)
-    write_run_info(run, threads)
+    write_run_info(run, threads, flushed)
     run.net = distributed.prepare(run)
     return run
 
 
-def write_run_info(run: Run, threads: int) -> None:
+def write_run_info(run: Run, threads: int, flushed: bool) -> None:
     n_params = count_parameters(run.model)
     run.log.write_config(run.cfg)
     run.log.write_json("params.json", {"parameters": n_params, "attention": run.cfg.model.attention.name})
     d = run.data
-    run.log.info("device %s, %d threads; %s attention, %d parameters", run.device, threads,
-                 run.cfg.model.attention.name, n_params)
+    run.log.info("device %s, %d threads%s; %s attention, %d parameters", run.device, threads,
+                 ", denormals flushed" if flushed else "", run.cfg.model.attention.name, n_params)
+    if run.cfg.train.flush_denormals and not flushed:
+        run.log.warning("train.flush_denormals=true could not be applied on this CPU/build: "
+                        "training runs with denormal arithmetic (slower on x86)")
     if run.cfg.train.bf16 and not runtime.bf16_supported(run.device):
         run.log.warning("train.bf16=true is ignored: %s has no native bf16 (it would be slower "
                         "than fp32 here)", run.device)

@@ -23,14 +23,18 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     benchmark.main(["--quick", "--no-joey", "--arms", "luong", "--batch-tokens", "200",
                     "--matmul-size", "256", "--rounds", "2", "--work", str(tmp_path),
-                    "--json", str(out), *data])
+                    "--with-denormals", "--json", str(out), *data])
     res = json.loads(out.read_text())
-    train = res["ours"]["luong"]["train"]  # two rounds: the reported rate is their median
-    assert len(train["tgt_tok_per_s_rounds"]) == 2
-    assert train["tgt_tok_per_s"] == pytest.approx(sum(train["tgt_tok_per_s_rounds"]) / 2)
+    assert set(res["ours"]) == {"luong", "luong-denormals"}
+    for row in res["ours"].values():  # two rounds: the reported rate is their median
+        train = row["train"]
+        assert len(train["tgt_tok_per_s_rounds"]) == 2
+        assert train["tgt_tok_per_s"] == pytest.approx(sum(train["tgt_tok_per_s_rounds"]) / 2)
+    assert res["ours"]["luong"]["denormals_flushed"] is True  # as seq2seq-train runs
+    assert res["ours"]["luong-denormals"]["denormals_flushed"] is False
+    assert "greedy" not in res["ours"]["luong-denormals"]  # the variant times training only
     assert res["matmul"]["fp32_flops_per_s"] > 1e8
-    assert set(res["ours"]) == {"luong"}
-    for row in res["ours"].values():
+    for row in [res["ours"]["luong"]]:
         assert row["train"]["tgt_tok_per_s"] > 0
         assert len(row["train"]["tgt_tok_per_s_repeats"]) == 2
         assert 0 < row["batch"]["tgt_tokens"] <= 200 <= row["batch"]["tgt_positions"] * 3
@@ -82,8 +86,11 @@ def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     res = benchmark.main(["--quick", "--arms", "bahdanau", "--joey-arms", "bahdanau",
                           "--batch-tokens", "200", "--matmul-size", "256", "--rounds", "2",
-                          "--work", str(tmp_path), *data])
+                          "--joey-flush-denormals", "--work", str(tmp_path), *data])
     joey = res["joey"]["arms"]["bahdanau"]
     assert joey["train"]["tgt_tok_per_s"] > 0 and joey["beam5"]["sent_per_s"] > 0
     assert len(joey["train"]["tgt_tok_per_s_rounds"]) == 2 and len(res["round_ratios"]["bahdanau"]) == 2
+    assert len(joey["train_ftz"]["tgt_tok_per_s_rounds"]) == 2  # checked flushed in every thread
+    assert len(res["round_ratios"]["bahdanau+ftz"]) == 2
     assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s"] > 0
+    assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s_vs_ftz"] > 0

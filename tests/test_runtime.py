@@ -1,7 +1,9 @@
-"""seq2seq/runtime.py: glibc keeps freed memory for reuse (no page faults every step)."""
+"""seq2seq/runtime.py: glibc keeps freed memory for reuse (no page faults every step);
+denormals are flushed in every thread."""
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 
@@ -43,3 +45,31 @@ def test_training_steps_stop_faulting_pages_back_in():
     ~5,000 with the setting (the first-step warm-up is excluded)."""
     default, kept = _faults("default"), _faults("keep")
     assert kept * 2 < default, (kept, default)
+
+
+FLUSH = """
+import torch
+from seq2seq import runtime
+torch.set_num_threads(2)
+torch.mm(torch.randn(256, 256), torch.randn(256, 256))  # the worker threads exist now
+print(runtime.denormals_flushed())
+torch.set_flush_denormal(True)  # torch's own switch: this thread only
+print(runtime.denormals_flushed())
+print(runtime.flush_denormals())
+print(runtime.denormals_flushed())
+torch.set_num_threads(1)
+torch.set_num_threads(2)
+print(runtime.denormals_flushed())
+x = torch.full((1 << 20,), 1e-39, dtype=torch.float64) * 1e-270  # 1e-309: a float64 denormal
+print(bool((x == 0).all()))
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86's MXCSR flags")
+def test_flush_denormals_reaches_every_worker_thread():
+    """torch.set_flush_denormal alone leaves MKL's/OpenMP's other thread computing on
+    denormals (half of a matmul's rows stayed denormal here); runtime.flush_denormals
+    restarts the pool so every thread flushes, and stays so when the pool regrows."""
+    out = subprocess.run([sys.executable, "-c", FLUSH], capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    assert out == ["False", "False", "True", "True", "True", "True"], out
