@@ -15,8 +15,9 @@ train_step over real training batches, warm-up batches excluded, the median of
 fixed subset of the test split (every k-th sentence); FLOPs per target token of one
 training step (FlopCounterMode, fwd+bwd) and the achieved fraction of a large
 matmul's FLOP/s measured in this run. JoeyNMT (`make joeynmt-env`): `joeynmt train`
-for (1 + repeats) x per-repeat updates logging every per-repeat updates (its
-"Tokens per Sec" lines, the first dropped), then `joeynmt test` with beam 5 and 1
+for (w + repeats) x per-repeat updates logging every per-repeat updates (its
+"Tokens per Sec" lines, the first w dropped: w windows cover our --warmup batches, at
+least one), then `joeynmt test` with beam 5 and 1
 (its "Generation took" time: search only, no model/data loading). Decoding speeds of
 barely trained models are not comparable (their outputs run to each toolkit's length
 cap); `--minutes` (or `--ours-run`) gives both sides trained models.
@@ -57,7 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(what the same CPU setting gives it; rows 'ARM+ftz'), in every round")
     p.add_argument("--threads", type=int, default=2, help="torch threads for every process")
     p.add_argument("--batch-tokens", type=int, default=3000, help="real target tokens per batch")
-    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up batches (ours)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed warm-up batches (ours; JoeyNMT's untimed updates are this, "
+                        "rounded up to whole --per-repeat windows, at least one window). The "
+                        "first ~30 steps of training are the slowest (denormal gradients): "
+                        "--warmup 100 times the steady state")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
     p.add_argument("--per-repeat", type=int, default=20, help="batches per repeat")
     p.add_argument("--rounds", type=int, default=1,
@@ -195,14 +200,15 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     batch = bench_joey.match_batch_size(d.train.src_lens[d.train_idx], d.train.tgt_lens[d.train_idx],
                                         args.batch_tokens)
     out: dict[str, Any] = {"batch": batch, "files": files, "arms": {}, "mismatches": bench_joey.MISMATCHES}
-    updates = (1 + args.repeats) * args.per_repeat
+    updates = (joey_warmup_windows(args) + args.repeats) * args.per_repeat
     for arm in filter(None, args.joey_arms.split(",")):
         jcfg = bench_joey.joey_config(arm, files, (cfg.data.src_lang, cfg.data.tgt_lang),
                                       work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
         JOEY_CONFIGS[arm] = jcfg
-        row = {"train": bench_joey.train(jcfg, work)}
+        warm = joey_warmup_windows(args)
+        row = {"train": bench_joey.train(jcfg, work, warmup_windows=warm)}
         if args.joey_flush_denormals:
-            row["train_ftz"] = bench_joey.train(jcfg, work, flush_denormals=True)
+            row["train_ftz"] = bench_joey.train(jcfg, work, flush_denormals=True, warmup_windows=warm)
             print(f"joey  {arm + '+ftz':14s} {row['train_ftz']['tgt_tok_per_s']:9.0f}", flush=True)
         for beam, key in ((1, "greedy"), (5, "beam5")):
             res = bench_joey.test(jcfg, work, beam)
@@ -214,6 +220,11 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"joey  {arm:14s} {t['tgt_tok_per_s']:9.0f} {'-':>9s} {row['greedy']['sent_per_s']:8.1f} "
               f"{row['beam5']['sent_per_s']:8.1f} {row['peak_rss_mib']:8.0f}", flush=True)
     return out
+
+
+def joey_warmup_windows(args: argparse.Namespace) -> int:
+    """JoeyNMT's untimed logging windows: our --warmup batches in whole windows, at least one."""
+    return max(1, -(-args.warmup // args.per_repeat))
 
 
 # JoeyNMT's config per arm from measure_joey, reused by later rounds
@@ -245,8 +256,8 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
             for key in ("train", "train_ftz") if arm in joey else ():
                 if key not in joey[arm]:
                     continue
-                theirs = bench_joey.train(JOEY_CONFIGS[arm], work,
-                                          flush_denormals=key == "train_ftz")["tgt_tok_per_s"]
+                theirs = bench_joey.train(JOEY_CONFIGS[arm], work, flush_denormals=key == "train_ftz",
+                                          warmup_windows=joey_warmup_windows(args))["tgt_tok_per_s"]
                 joey[arm][key]["tgt_tok_per_s_rounds"].append(theirs)
                 mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
                 line += (f" JoeyNMT{'+ftz' if key == 'train_ftz' else ''} {theirs:.0f} "

@@ -93,8 +93,8 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
     bf16: bool = False  # bf16 autocast (CUDA, or CPUs with AVX512-BF16/AMX); ignored elsewhere
-    # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); the
-    # backward through the recurrences is full of them and x86 computes on them slowly
+    # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
+    # in training the backward through the recurrences is full of them, slow on x86
     flush_denormals: bool = True
     batch_tokens: int = 3000  # target tokens per batch (padding excluded)
     max_src_words: int = 50  # pairs longer than this (source words) are not trained on

@@ -94,3 +94,13 @@ def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
     assert len(res["round_ratios"]["bahdanau+ftz"]) == 2
     assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s"] > 0
     assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s_vs_ftz"] > 0
+
+
+def test_joey_warmup_covers_our_warmup_batches():
+    def windows(*argv: str) -> int:
+        return benchmark.joey_warmup_windows(benchmark.parse_args(list(argv)))
+
+    assert windows("--warmup", "100", "--per-repeat", "10") == 10
+    assert windows("--warmup", "25", "--per-repeat", "10") == 3  # whole windows, rounded up
+    assert windows("--warmup", "3", "--per-repeat", "10") == 1
+    assert windows("--warmup", "0", "--per-repeat", "10") == 1  # its first window is never timed

@@ -48,6 +48,7 @@ def test_training_steps_stop_faulting_pages_back_in():
 
 
 FLUSH = """
+import sentencepiece  # its wheel loads a second libgomp: the pool to restart is torch's
 import torch
 from seq2seq import runtime
 torch.set_num_threads(2)
