@@ -200,12 +200,12 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     batch = bench_joey.match_batch_size(d.train.src_lens[d.train_idx], d.train.tgt_lens[d.train_idx],
                                         args.batch_tokens)
     out: dict[str, Any] = {"batch": batch, "files": files, "arms": {}, "mismatches": bench_joey.MISMATCHES}
-    updates = (joey_warmup_windows(args) + args.repeats) * args.per_repeat
+    warm = joey_warmup_windows(args)
+    updates = (warm + args.repeats) * args.per_repeat
     for arm in filter(None, args.joey_arms.split(",")):
         jcfg = bench_joey.joey_config(arm, files, (cfg.data.src_lang, cfg.data.tgt_lang),
                                       work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
         JOEY_CONFIGS[arm] = jcfg
-        warm = joey_warmup_windows(args)
         row = {"train": bench_joey.train(jcfg, work, warmup_windows=warm)}
         if args.joey_flush_denormals:
             row["train_ftz"] = bench_joey.train(jcfg, work, flush_denormals=True, warmup_windows=warm)
@@ -253,9 +253,7 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
                 rate = run_arm_child(arm, settings)["train"]["tgt_tok_per_s"]
                 ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"].append(rate)
                 line += f" ours {arm + suffix} {rate:.0f},"
-            for key in ("train", "train_ftz") if arm in joey else ():
-                if key not in joey[arm]:
-                    continue
+            for key in [k for k in ("train", "train_ftz") if k in joey.get(arm, {})]:
                 theirs = bench_joey.train(JOEY_CONFIGS[arm], work, flush_denormals=key == "train_ftz",
                                           warmup_windows=joey_warmup_windows(args))["tgt_tok_per_s"]
                 joey[arm][key]["tgt_tok_per_s_rounds"].append(theirs)
