@@ -31,7 +31,7 @@ from seq2seq.corpus import corpus_dir, load_corpus  # noqa: E402
 from seq2seq.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters  # noqa: E402
 from seq2seq.optim import build_optimizer  # noqa: E402
-from seq2seq.runtime import flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
+from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.train import Run, train_step  # noqa: E402
 
@@ -47,7 +47,7 @@ def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: b
     from seq2seq.cli import CONFIG_DIR
 
     overrides = [*data_overrides, f"model/attention={arm}", f"train.batch_tokens={batch_tokens}",
-                 f"train.bf16={str(bf16).lower()}", "train.device=cpu", f"train.threads={threads}",
+                 f"train.precision={'bf16' if bf16 else 'fp32'}", "train.device=cpu", f"train.threads={threads}",
                  "train.lr_schedule=constant",
                  f"train.flush_denormals={str(flush_denormals).lower()}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -92,7 +92,8 @@ def make_run(cfg: DictConfig, bench: BenchData) -> Run:
     tok = bench.tokenizers
     model = build_model(cfg.model, tok.src.vocab_size, tok.tgt.vocab_size).train()
     optimizer, scheduler = build_optimizer(model, cfg.train)
-    return Run(cfg, None, torch.device("cpu"), model, optimizer, scheduler, tok, bench.data)
+    return Run(cfg, None, torch.device("cpu"), model, optimizer, scheduler, tok, bench.data,
+               bf16=cfg.train.precision == "bf16" and bf16_supported(torch.device("cpu")))
 
 
 def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
@@ -215,7 +216,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
             from seq2seq.checkpoint import load_model
             model = load_model(trained)[0]
         row["decode_model"] = trained or "untrained (weights after the timed training batches)"
-        with ctx:  # train.bf16 covers training only; decoding under bf16 needs it explicitly
+        with ctx:  # train.precision covers training only; decoding under bf16 needs it explicitly
             row["greedy"] = time_decoding(model, bench, beam=1)
             row["beam5"] = time_decoding(model, bench, beam=5)
         row["decode_sentences"] = len(bench.test_sources)

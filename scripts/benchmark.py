@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python scripts/benchmark.py --json runs/benchmark/results.json
     ... --quick                      # a 1-2 minute smoke run (few batches, 10 sentences)
-    ... --bf16                       # also our arms under CPU bf16 autocast (train.bf16)
+    ... --bf16                       # also our arms under CPU bf16 autocast (train.precision=bf16)
     ... --minutes 16                 # also: test BLEU after 16 minutes of training each
 
 Configuration (both toolkits): GRU, embeddings 256, hidden 256, bidirectional encoder,

@@ -173,8 +173,11 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
     ``batch_tokens`` or ``seed`` changes the batch order) so the caller can warn.
     """
     now = OmegaConf.to_container(cfg, resolve=True)
+    # a key added to the schema after the checkpoint was written has its default there
+    defaults = OmegaConf.to_container(OmegaConf.structured(_schema()), resolve=False)
     for section in ("model", "data", "tokenizer"):
-        old = saved.get(section, {})
+        old = {**{k: v for k, v in defaults[section].items() if k not in saved.get(section, {})},
+               **saved.get(section, {})}
         diff = [k for k in now[section]
                 if k not in _MAY_MOVE.get(section, ()) and old.get(k) != now[section][k]]
         if diff:
@@ -184,6 +187,12 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
     old_train = saved.get("train", {})
     return [f"train.{k}: {old_train.get(k)} -> {v}" for k, v in now["train"].items()
             if k != "resume" and old_train.get(k) != v]
+
+
+def _schema() -> Any:
+    from seq2seq.config import Config
+
+    return Config
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> DictConfig:

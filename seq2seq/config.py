@@ -43,7 +43,10 @@ class DataConfig:
     max_len_ratio: float = 2.5  # word-count ratio beyond which a pair is dropped as misaligned
     # splitting (by chapter / document for kind=sword; by line groups otherwise)
     split_seed: int = 1234
-    valid_size: int = 1000  # approximate number of pairs
+    valid_size: int = 1000  # approximate number of pairs of random groups in dev
+    # then groups are added until every source-length bucket holds this many dev segments
+    # (within 10% of the pairs); 0 = random groups only
+    valid_per_bucket: int = 0
     test_per_bucket: int = 150  # minimum test segments per source-length bucket
     test_long_min_words: int = 60
     test_long_max_words: int = 120
@@ -92,7 +95,9 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
-    bf16: bool = False  # bf16 autocast (CUDA, or CPUs with AVX512-BF16/AMX); ignored elsewhere
+    # auto: bf16 autocast where a probe of real training passes at start-up shows it faster
+    # (seq2seq/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
+    precision: str = "fp32"
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86
     flush_denormals: bool = True
@@ -111,7 +116,10 @@ class TrainConfig:
     max_steps: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # 0 = no wall-clock limit
     valid_every: int = 500  # steps
-    valid_bleu_sentences: int = 300  # greedy dev BLEU on this many sentences; 0 = off
+    valid_at_epoch_end: bool = True  # also validate when an epoch ends (off: every valid_every steps only)
+    # greedy dev BLEU (overall and by source-length bucket, dev_buckets.csv) on this many
+    # dev pairs spread over the split; >= the dev size: all of dev; 0 = off
+    valid_bleu_sentences: int = 300
     patience: int = 5  # validations without improvement before early stop; 0 = off
     resume: bool = False
     distributed: bool = False  # DDP over the processes torchrun starts (README: Several processes / GPUs)
@@ -205,6 +213,8 @@ class ReproduceConfig:
     # the report gives mean ± sd per bucket and tests pooled across seeds (seq2seq/seeds.py);
     # [] = one run per arm with train.seed, in arms/<name>/
     seeds: list[int] = field(default_factory=list)
+    # the profile's own words on what its budget can and cannot show (report's first paragraph)
+    budget_note: str = ""
 
 
 @dataclass

@@ -241,6 +241,41 @@ def score_buckets(
     }
 
 
+LONG_GROUP = "41+"  # the long side of criterion 2, also logged at every validation
+
+
+def quick_bucket_scores(
+    src_words: Sequence[int], hypotheses: Sequence[str], references: Sequence[str],
+    trg_lang: str = "",
+) -> list[dict[str, Any]]:
+    """Corpus BLEU, chrF and output/reference length ratio per bucket, without intervals.
+
+    What training logs at every validation: one row per bucket in order, then the long
+    group of criterion 2 (``41+``) and ``all``. ``src_words`` gives each sentence's source
+    length in words, ``(n,)``. A row is ``{"bucket", "count", "bleu", "chrf",
+    "length_ratio"}``; an empty bucket has count 0 and NaN scores.
+    """
+    _check_inputs(list(src_words), hypotheses=hypotheses, references=references)
+    lengths = np.asarray(src_words, dtype=np.int64)
+    if (lengths < 1).any():
+        raise DataError("a dev source has 0 words; drop empty segments before scoring")
+    buckets = np.minimum((lengths - 1) // BUCKET_WIDTH, len(BUCKET_LABELS) - 1)
+    metrics = _metrics(trg_lang)
+    stats = segment_stats(hypotheses, references, metrics)
+    scopes = [(label, buckets == k) for k, label in enumerate(BUCKET_LABELS)]
+    scopes += [(LONG_GROUP, _range_mask(LONG_GROUP, lengths)), ("all", np.ones_like(lengths, bool))]
+    rows = []
+    for label, mask in scopes:
+        sel = np.flatnonzero(mask)
+        row: dict[str, Any] = {"bucket": label, "count": int(sel.size)}
+        for key, name in (("bleu", "BLEU"), ("chrf", "chrF")):
+            row[key] = _score(metrics[name], stats[name][sel].sum(axis=0)) if sel.size else float("nan")
+        sys_len, ref_len = stats["BLEU"][sel, :2].sum(axis=0) if sel.size else (0.0, 0.0)
+        row["length_ratio"] = float(sys_len / ref_len) if ref_len else float("nan")
+        rows.append(row)
+    return rows
+
+
 def sentence_scores(
     sources: Sequence[str],
     hypotheses: Sequence[str],

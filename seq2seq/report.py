@@ -229,6 +229,19 @@ def trend_summary(trend: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- plot
+def _line_style(system: str) -> dict[str, Any]:
+    """Bahdanau et al.'s Figure 2 styling where the arms carry its names: arms trained
+    on pairs up to 30 words dashed, up to 50 solid; RNNsearch blue, RNNencdec red."""
+    style: dict[str, Any] = {"marker": "o", "linewidth": 2}
+    if system.endswith("-30"):
+        style.update(linestyle="--", marker="s")
+    if system.startswith("RNNsearch"):
+        style["color"] = "tab:blue" if system.endswith("-50") else "tab:cyan"
+    elif system.startswith("RNNencdec"):
+        style["color"] = "tab:red" if system.endswith("-50") else "tab:orange"
+    return style
+
+
 def plot_bleu_vs_length(
     results_by_system: Mapping[str, Mapping[str, Any]],
     path: str | Path,
@@ -243,7 +256,7 @@ def plot_bleu_vs_length(
         raise DataError(f"cannot plot metric {metric!r}; choose one of {list(METRICS)}")
     counts = _check_counts(results_by_system)
     x = list(range(len(BUCKET_LABELS)))
-    fig = Figure(figsize=(8, 5), dpi=150, layout="constrained")
+    fig = Figure(figsize=(9.5, 5), dpi=150, layout="constrained")
     ax = fig.subplots()
     nan = float("nan")
     for system, scores in results_by_system.items():
@@ -251,7 +264,7 @@ def plot_bleu_vs_length(
         y = [nan if c is None else c["score"] for c in cells]
         lo = [nan if c is None else c["lo"] for c in cells]
         hi = [nan if c is None else c["hi"] for c in cells]
-        (line,) = ax.plot(x, y, marker="o", linewidth=2, label=system)
+        (line,) = ax.plot(x, y, label=system, **_line_style(system))
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, linewidth=0)
     ax.set_xticks(x, [f"{label}\n(n={counts[label]})" for label in BUCKET_LABELS])
     ax.set_xlabel("Source sentence length (words)")
@@ -263,7 +276,8 @@ def plot_bleu_vs_length(
     first = next(iter(results_by_system.values()))
     ax.set_title(f"sacrebleu {first['signatures'][metric]}", fontsize=7, color="0.4")
     ax.grid(True, alpha=0.3)
-    ax.legend(title="system")
+    # outside the axes, so the legend covers no line
+    fig.legend(*ax.get_legend_handles_labels(), title="system", loc="outside right upper")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -9,6 +9,7 @@ into ``reproduce.out_dir``::
 
     report.md           what was run, tables, criteria with PASS/FAIL, timings
     bleu_vs_length.png  BLEU per bucket, one line per system, 95% CI bands
+    bleu_by_length_over_time.png  each arm's dev BLEU per bucket at every validation
     results.json        every number in the report
     scores_<split>.csv  per system x bucket (and .json)
     arms/<name>/        each arm's run folder (checkpoints, logs, eval cache)
@@ -35,7 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import report
+from seq2seq import curves, report
 from seq2seq import seeds as seeds_mod
 from seq2seq.checkpoint import LAST
 from seq2seq.config import Config
@@ -53,6 +54,7 @@ from seq2seq.reproduce_report import criteria, render_report
 log = logging.getLogger(__name__)
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 ARMS_DIR, APERTIUM = "arms", "apertium"
+CURVES_PNG = "bleu_by_length_over_time.png"
 PHASE_FILE = "reproduce_phase.json"  # in each arm's folder: wall time of its training phase
 _SETUP_SECTIONS = ("data", "tokenizer", "model", "train")
 
@@ -328,6 +330,21 @@ def _many_seeds(cfg: DictConfig, seeds: list[int], timings: dict[str, Any]) -> d
     return {"seeds": seeds, "arms": arms, "splits": splits, "per_seed": per_seed}
 
 
+def plot_training_curves(cfg: DictConfig, seeds: list[int]) -> str | None:
+    """``bleu_by_length_over_time.png`` from every arm's ``dev_buckets.csv`` (all seeds);
+    returns its file name, or None when no arm logged dev BLEU by bucket."""
+    out_dir = Path(cfg.reproduce.out_dir)
+    runs = {name: [arm_dir(out_dir, name, seed) for seed in (seeds or [None])]
+            for name in cfg.reproduce.arms}
+    found = {name: [c for c in map(curves.read_curve, dirs) if c is not None]
+             for name, dirs in runs.items()}
+    tag = f", seeds {seeds} (line: mean, band: min-max)" if len(seeds) > 1 else ""
+    path = curves.plot_bleu_by_length_over_time(
+        found, out_dir / CURVES_PNG,
+        title=f"Dev BLEU by source length during training ({cfg.reproduce.profile} profile{tag})")
+    return None if path is None else path.name
+
+
 def _pooled_split(cfg: DictConfig, split: Split,
                   systems_by_seed: Mapping[int, Mapping[str, SystemOutput]],
                   per_seed: Mapping[int, Mapping[str, Any]], timings: dict[str, Any]
@@ -359,6 +376,7 @@ def reproduce_main(cfg: DictConfig) -> Path:
     if cfg.reproduce.build_corpus:
         timings["corpus"] = build_corpus(cfg)
     body = _many_seeds(cfg, seeds, timings) if seeds else _one_seed(cfg, arm_cfgs, timings)
+    body["curves_png"] = plot_training_curves(cfg, seeds)
     results = {
         "profile": cfg.reproduce.profile, "command": _command(),
         "config": OmegaConf.to_container(cfg, resolve=True), **body,

@@ -19,6 +19,7 @@ from typing import Any
 
 from seq2seq import report
 from seq2seq.evaluate import BUCKET_LABELS
+from seq2seq.verdict import per_seed_table, verdict_paragraph
 
 APERTIUM = "apertium"
 MIN_RELATIVE_GAIN = 0.30  # GUIDE §4 criterion 1
@@ -135,13 +136,21 @@ def _what_was_run(results: Mapping[str, Any]) -> list[str]:
         f"- Training, shared: {_seed_text(results)}, {t['batch_tokens']} target tokens per batch, "
         f"lr {t['lr']} ({t['lr_schedule']}), budget per arm: "
         f"{', '.join(b for b in budget if b)} (whichever comes first), device {t['device']}"
-        f"{', bf16 autocast' if t.get('bf16') else ''}.",
+        f", precision {t.get('precision', 'fp32')}{_resolved_precision(results)}.",
         f"- Decoding: beam {ev['beam']}, length penalty α={ev['alpha']}, output cap "
         f"{ev['max_len_ratio']}×source+{ev['max_len_extra']} subwords. Intervals and tests: "
         f"{ev['n_boot']} bootstrap resamples, seed {ev['boot_seed']}.",
         f"- Apertium: {results['apertium'] or 'not installed or disabled: row skipped'}.",
         f"- Wall time of this invocation: {results['wall_time_s'] / 60:.1f} min.", "",
     ]
+
+
+def _resolved_precision(results: Mapping[str, Any]) -> str:
+    """What ``train.precision`` became in the arms (auto measures per machine)."""
+    summaries = [s for arm in results["arms"].values()
+                 for s in (arm.get("per_seed") or {"": arm}).values()]
+    used = sorted({s.get("precision") or "fp32" for s in summaries})
+    return f" (trained in {', '.join(used)})" if used else ""
 
 
 def _seed_text(results: Mapping[str, Any]) -> str:
@@ -233,10 +242,13 @@ def _timings_section(timings: Mapping[str, Any]) -> list[str]:
 
 def render_report(results: Mapping[str, Any]) -> str:
     """``report.md``: what was run, arms, per-split tables, test_long, criteria, timings."""
+    curves = results.get("curves_png")
     lines = [f"# BLEU versus source sentence length ({results['profile']} profile)", "",
+             *verdict_paragraph(results),
              "Attention (Bahdanau, Luong) against the fixed-vector encoder-decoder (none), "
-             "as in Bahdanau et al. 2015, Figure 2. Plot: `bleu_vs_length.png`; every "
-             "number: `results.json`.", ""]
+             "as in Bahdanau et al. 2015, Figure 2. Plot: `bleu_vs_length.png`"
+             + (f"; how it formed during training (dev BLEU by length at every validation): "
+                f"`{curves}`" if curves else "") + "; every number: `results.json`.", ""]
     lines += _what_was_run(results)
     lines += ["## Arms", "", *_arms_table(results)]
     seeds = results.get("seeds")
@@ -248,6 +260,7 @@ def render_report(results: Mapping[str, Any]) -> str:
             lines += _long_section(split) if name == TEST_LONG else _split_section(name, split)
     if seeds:
         lines += _per_seed_section(results)
+        lines += per_seed_table(results)
     lines += _criteria_section(results["criteria"], bool(seeds))
     lines += _timings_section(results["timings"])
     return "\n".join(lines)

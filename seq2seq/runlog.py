@@ -4,6 +4,7 @@ Layout of ``run_dir`` (the training loop adds ``best.pt``, ``last.pt`` and ``tok
 
     config.yaml    the resolved config of the run
     metrics.csv    one row per log interval and per validation
+    dev_buckets.csv  per validation, dev BLEU/chrF/length ratio by source-length bucket
     train.log      everything the loop logged
     params.json    parameter counts
     summary.json   written when training ends
@@ -26,6 +27,8 @@ METRIC_FIELDS = (
     "step", "epoch", "train_loss", "lr", "tgt_tok_per_s", "src_tok_per_s",
     "dev_loss", "dev_ppl", "dev_bleu", "elapsed_s",
 )
+DEV_BUCKET_FIELDS = ("step", "epoch", "elapsed_s", "bucket", "count", "bleu", "chrf", "length_ratio")
+DEV_BUCKETS = "dev_buckets.csv"
 LOGGER_NAME = "seq2seq.train"
 
 
@@ -40,11 +43,13 @@ class RunLog:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.csv"
-        if resume_step is None or not self.metrics_path.exists():
-            with self.metrics_path.open("w", newline="") as fh:
-                csv.DictWriter(fh, METRIC_FIELDS).writeheader()
-        else:
-            self._truncate_metrics(resume_step)
+        self.dev_buckets_path = self.dir / DEV_BUCKETS
+        for path, fields in ((self.metrics_path, METRIC_FIELDS), (self.dev_buckets_path, DEV_BUCKET_FIELDS)):
+            if resume_step is None or not path.exists():
+                with path.open("w", newline="") as fh:
+                    csv.DictWriter(fh, fields).writeheader()
+            else:
+                _truncate_csv(path, fields, resume_step)
         self.logger = logging.getLogger(LOGGER_NAME)
         self.logger.setLevel(logging.INFO)
         self._handlers: list[logging.Handler] = [logging.FileHandler(self.dir / "train.log")]
@@ -58,14 +63,6 @@ class RunLog:
             self.console_logger = self.logger
         for handler in self._handlers:
             self.logger.addHandler(handler)
-
-    def _truncate_metrics(self, step: int) -> None:
-        with self.metrics_path.open(newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r["step"] and int(r["step"]) <= step]
-        with self.metrics_path.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, METRIC_FIELDS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
 
     def info(self, msg: str, *args: Any) -> None:
         self.logger.info(msg, *args)
@@ -84,6 +81,14 @@ class RunLog:
         clean = {k: (_round(v) if isinstance(v, float) else v) for k, v in row.items()}
         with self.metrics_path.open("a", newline="") as fh:
             csv.DictWriter(fh, METRIC_FIELDS).writerow(clean)
+
+    def dev_buckets(self, step: int, epoch: int, elapsed_s: float, rows: list[dict[str, Any]]) -> None:
+        """Append one validation's rows (bucket, count, bleu, chrf, length_ratio) to dev_buckets.csv."""
+        with self.dev_buckets_path.open("a", newline="") as fh:
+            writer = csv.DictWriter(fh, DEV_BUCKET_FIELDS)
+            for row in rows:
+                clean = {k: (_round(v) if isinstance(v, float) else v) for k, v in row.items()}
+                writer.writerow({"step": step, "epoch": epoch, "elapsed_s": _round(elapsed_s), **clean})
 
     def progress(self, total: int | None, initial: int) -> tqdm:
         """A step progress bar (stderr, hidden when it is not a terminal)."""
@@ -141,6 +146,25 @@ def _round(x: float) -> float | str:
     if math.isnan(x) or math.isinf(x):
         return str(x)
     return float(f"{x:.6g}")
+
+
+def _truncate_csv(path: Path, fields: tuple[str, ...], step: int) -> None:
+    """Drop the rows logged after ``step`` (a resumed run logs them again)."""
+    with path.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("step") and int(r["step"]) <= step]
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_dev_buckets(run_dir: str | Path) -> list[dict[str, str]]:
+    """The rows of a run's dev_buckets.csv; [] for a run without one (older runs, BLEU off)."""
+    path = Path(run_dir) / DEV_BUCKETS
+    if not path.exists():
+        return []
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, str]]:

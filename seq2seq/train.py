@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sacrebleu
 import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import batching, distributed, runtime
+from seq2seq import batching, distributed, precision, runtime, validation
 from seq2seq.checkpoint import (
     BEST,
     LAST,
@@ -40,7 +39,6 @@ from seq2seq.model import build_model, count_parameters
 from seq2seq.optim import build_optimizer
 from seq2seq.runlog import RunLog, Window, format_duration
 from seq2seq.runtime import resolve_device, seed_everything, set_threads
-from seq2seq.search import greedy
 from seq2seq.tokenizer import Tokenizers, load_or_train
 
 
@@ -61,6 +59,7 @@ class Progress:
     tgt_tokens: int = 0
     src_tokens: int = 0
     stop_reason: str = ""
+    precision: str = ""  # fp32 | bf16 as resolved at the start (train.precision=auto measures)
 
 
 @dataclass
@@ -77,6 +76,7 @@ class Run:
     data: batching.TrainingData
     progress: Progress = field(default_factory=Progress)
     net: torch.nn.Module | None = None  # what train_step calls: the DDP wrapper under torchrun
+    bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
 
 
 # ---------------------------------------------------------------- set-up
@@ -87,6 +87,7 @@ def check_train_config(t: DictConfig) -> None:
     for key in ("valid_every", "log_every", "max_epochs"):
         if t[key] < 1:
             raise ConfigError(f"train.{key}={t[key]} must be a positive integer")
+    precision.check(t.precision)
     for key in ("max_steps", "max_minutes", "patience", "warmup_steps", "clip_norm", "valid_bleu_sentences",
                 "overfit_batches"):
         if t[key] < 0:
@@ -138,6 +139,7 @@ def setup(cfg: DictConfig) -> Run:
             log.warning("resuming with a changed setting: %s", change)
     elif distributed.is_main():
         tokenizers.save(run_dir / TOKENIZER_DIR)
+    choose_precision(run)
     write_run_info(run, threads, flushed)
     run.net = distributed.prepare(run)
     return run
@@ -153,9 +155,6 @@ def write_run_info(run: Run, threads: int, flushed: bool) -> None:
     if run.cfg.train.flush_denormals and not flushed:
         run.log.warning("train.flush_denormals=true could not be applied on this CPU/build: "
                         "training runs with denormal arithmetic (slower on x86)")
-    if run.cfg.train.bf16 and not runtime.bf16_supported(run.device):
-        run.log.warning("train.bf16=true is ignored: %s has no native bf16 (it would be slower "
-                        "than fp32 here)", run.device)
     run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
                  "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
                  len(d.valid_idx))
@@ -164,15 +163,31 @@ def write_run_info(run: Run, threads: int, flushed: bool) -> None:
 # ---------------------------------------------------------------- step and validation
 
 
+def choose_precision(run: Run) -> None:
+    """Resolve ``train.precision`` once (``auto`` times real passes, rank 0 decides for
+    all); a resumed run keeps the precision it started with."""
+    p = run.progress
+    if p.precision:
+        run.bf16 = p.precision == "bf16"
+        run.log.info("precision: %s (kept from the run's start)", p.precision)
+        return
+    first = epoch_batches(run)[0]
+
+    def one_pass() -> None:
+        batch = validation.to_device(batching.collate(run.data.train, first), run.device)
+        total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
+        (total / batch.n_tgt_tokens).backward()
+        run.model.zero_grad(set_to_none=True)
+
+    choice = distributed.on_main(lambda: precision.choose(run.cfg.train.precision, run.device,
+                                                          one_pass))
+    run.bf16, p.precision = choice.bf16, "bf16" if choice.bf16 else "fp32"
+    run.log.info("precision: %s", choice.reason)
+
+
 def autocast(run: Run) -> contextlib.AbstractContextManager:
-    """bf16 autocast when ``train.bf16`` is set and the device has native bf16."""
-    return runtime.autocast(run.device, run.cfg.train.bf16)
-
-
-def to_device(batch: batching.Batch, device: torch.device) -> batching.Batch:
-    if device.type == "cuda":
-        return batch.pin_memory().to(device, non_blocking=True)
-    return batch
+    """bf16 autocast when the run's precision is bf16."""
+    return runtime.autocast(run.device, run.bf16)
 
 
 def train_step(run: Run, batch: batching.Batch, scale: float = 1.0) -> torch.Tensor:
@@ -194,48 +209,18 @@ def train_step(run: Run, batch: batching.Batch, scale: float = 1.0) -> torch.Ten
     return distributed.mean_over_ranks(loss.detach())
 
 
-@torch.no_grad()
-def dev_loss(run: Run) -> float:
-    """Mean per-token dev cross-entropy (no label smoothing, so exp() is the perplexity)."""
-    d, total, tokens = run.data, 0.0, 0
-    for idx in batching.eval_batches(d.valid, d.valid_idx, run.cfg.train.batch_tokens):
-        batch = to_device(batching.collate(d.valid, idx), run.device)
-        with autocast(run):
-            total += float(run.model(batch.src, batch.src_lens, batch.tgt_in,
-                                     targets=batch.tgt_out))
-        tokens += batch.n_tgt_tokens
-    return total / max(tokens, 1)
-
-
-@torch.no_grad()
-def dev_bleu(run: Run) -> float:
-    """Greedy corpus BLEU (sacrebleu, detokenized) on the first ``valid_bleu_sentences`` dev pairs."""
-    d, n = run.data, run.cfg.train.valid_bleu_sentences
-    chosen = d.valid_idx[:n]
-    hyps: dict[int, str] = {}
-    for idx in batching.eval_batches(d.valid, chosen, run.cfg.train.batch_tokens):
-        batch = to_device(batching.collate(d.valid, idx), run.device)
-        with autocast(run):
-            out = greedy(run.model, batch.src, batch.src_lens)
-        for i, hyp in zip(batch.ids.tolist(), out, strict=True):
-            hyps[i] = run.tokenizers.tgt.decode(hyp.tokens)
-    order = [int(i) for i in chosen]
-    return sacrebleu.corpus_bleu([hyps[i] for i in order], [[d.valid_refs[i] for i in order]]).score
-
-
-def dev_scores(run: Run) -> tuple[float, float]:
-    """(dev loss, dev BLEU or NaN when off), with the model in eval mode meanwhile."""
-    run.model.eval()
-    loss = dev_loss(run)
-    bleu = dev_bleu(run) if run.cfg.train.valid_bleu_sentences > 0 else math.nan
-    run.model.train()
-    return loss, bleu
+def dev_scores(run: Run) -> tuple[float, list[dict[str, Any]]]:
+    """(dev loss, dev scores by source-length bucket; empty when dev BLEU is off)."""
+    t = run.cfg.train
+    return validation.dev_scores(run.model, run.data, run.tokenizers, t.valid_bleu_sentences,
+                                 t.batch_tokens, run.device, lambda: autocast(run))
 
 
 def validate(run: Run) -> dict[str, float]:
     """Dev loss, perplexity and BLEU; steps the plateau schedule, tracks the best, saves checkpoints."""
     p, t = run.progress, run.cfg.train
-    loss, bleu = distributed.on_main(lambda: dev_scores(run))  # torchrun: rank 0 scores for all
+    loss, buckets = distributed.on_main(lambda: dev_scores(run))  # torchrun: rank 0 scores for all
+    bleu = validation.overall_bleu(buckets)
     if isinstance(run.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         run.scheduler.step(loss)
     score = bleu if t.valid_bleu_sentences > 0 else -loss
@@ -249,6 +234,10 @@ def validate(run: Run) -> dict[str, float]:
     ppl = math.exp(min(loss, 50.0))
     run.log.info("step %d epoch %d: dev loss %.4f ppl %.2f BLEU %.2f (best %.2f at step %d)",
                  p.step, p.epoch, loss, ppl, bleu, p.best_bleu, p.best_step)
+    if buckets:
+        run.log.dev_buckets(p.step, p.epoch, p.elapsed_s, buckets)
+        run.log.info("  dev BLEU by source words: %s", ", ".join(
+            f"{r['bucket']} {r['bleu']:.1f}" for r in buckets if r["bucket"] != "all"))
     return {"dev_loss": loss, "dev_ppl": ppl, "dev_bleu": bleu}
 
 
@@ -305,7 +294,7 @@ def run_training(run: Run) -> Progress:
             bar.total = bar.total or total_steps(run, len(batches))
             for idx in batches[p.batch_index:]:
                 batch, scale = distributed.local_batch(d.train, idx)
-                batch = to_device(batch, run.device)
+                batch = validation.to_device(batch, run.device)
                 step_start = time.perf_counter()
                 loss = train_step(run, batch, scale)
                 step_s = time.perf_counter() - step_start
@@ -325,7 +314,7 @@ def run_training(run: Run) -> Progress:
                 if p.stop_reason:
                     break
             else:  # the epoch ran to its end (overfit "epochs" are too short to validate)
-                if p.last_valid_step != p.step and not t.overfit_batches:
+                if p.last_valid_step != p.step and t.valid_at_epoch_end and not t.overfit_batches:
                     validate_and_log(run)
                 p.epoch, p.batch_index = p.epoch + 1, 0
                 p.stop_reason = stop_reason(run)
@@ -387,6 +376,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "train_pairs": len(run.data.train_idx),
         "dropped_pairs": run.data.dropped,
         "attention": run.cfg.model.attention.name,
+        "precision": p.precision,
         **distributed.batch_record(run.cfg.train.batch_tokens),
     }
 

@@ -98,3 +98,16 @@ def test_test_long_never_bridges_a_gap() -> None:
     pairs = [Pair(" ".join(["w"] * 35), "x", f"B.1.{i}", "B.1", pos) for i, pos in enumerate([1, 2, 4, 5])]
     long = join_long(pairs, 60, 120)
     assert [seg.ref for seg in long] == ["B.1.0-B.1.1", "B.1.2-B.1.3"]
+
+
+def test_valid_per_bucket_fills_the_dev_buckets_and_leaves_test_alone() -> None:
+    pairs = _corpus()
+    plain = split_pairs(pairs, _cfg(test_per_bucket=30, valid_size=200)).splits
+    filled = split_pairs(pairs, _cfg(test_per_bucket=30, valid_size=200, valid_per_bucket=25)).splits
+    assert [p.ref for p in filled["test"]] == [p.ref for p in plain["test"]]
+    assert _groups(plain["valid"]) <= _groups(filled["valid"])  # the random base, then more
+    before, after = bucket_counts(plain["valid"]), bucket_counts(filled["valid"])
+    assert before["51+"] < 25 <= after["51+"], (before, after)
+    assert all(after[b] >= 25 for b in BUCKET_LABELS), after
+    assert len(filled["valid"]) <= 0.10 * len(pairs)  # never past the dev cap
+    assert not _groups(filled["valid"]) & _groups(filled["train"])

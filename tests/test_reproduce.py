@@ -17,6 +17,7 @@ from seq2seq.config import validate_reproduce
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation import Split, SystemOutput, compare, score_system
 from seq2seq.reproduce_report import criteria, render_report
+from seq2seq.runlog import read_dev_buckets
 
 
 def reproduce_cfg(*overrides: str):
@@ -185,6 +186,24 @@ def test_criteria_without_apertium_say_skipped(synthetic_results) -> None:
     assert [r["verdict"] for r in rows] == ["SKIPPED"]
 
 
+def test_report_opens_with_the_verdict_in_plain_words(synthetic_results) -> None:
+    text = render_report(synthetic_results)
+    first = text.split("\n\n")[1]  # the paragraph after the title
+    assert "**bahdanau: the bottleneck shows.**" in first
+    trend = synthetic_results["splits"]["test"]["trends"]["none"]["bahdanau"]
+    assert f"×{trend['ratio_short']:.2f} on 11-20-word sources" in first
+    assert f"effect size {trend['ratio_long'] / trend['ratio_short']:.2f}" in first
+    # an arm whose advantage does not grow is called that, and the budget note is printed
+    flat = json.loads(json.dumps(report.jsonable(synthetic_results)))
+    for arm in ("bahdanau", "luong"):
+        flat["splits"]["test"]["trends"]["none"][arm]["p_value"] = 0.4
+    flat["config"]["reproduce"]["budget_note"] = "12 minutes cannot show it."
+    text = render_report(flat)
+    assert "**bahdanau: the bottleneck does not show.**" in text.split("## What was run")[0]
+    assert "does not fall away on long sentences" in text
+    assert "*About this budget:* 12 minutes cannot show it." in text.split("## What was run")[0]
+
+
 def test_report_has_every_section(synthetic_results) -> None:
     text = render_report(synthetic_results)
     for needle in ("## What was run", "## Arms", "BLEU and chrF by source length: test",
@@ -261,6 +280,14 @@ def test_reproduce_end_to_end_writes_the_report(tiny_reproduction) -> None:
     report_md = (out / "report.md").read_text()
     assert "## GUIDE §4 criteria" in report_md and "BLEU signature" in report_md
     assert (out / "bleu_vs_length.png").read_bytes()[:4] == b"\x89PNG"
+    # every arm logged dev BLEU by bucket at its validations (steps 3 and 6), and the
+    # reproduction drew them against training time
+    assert results["curves_png"] == "bleu_by_length_over_time.png"
+    assert (out / "bleu_by_length_over_time.png").read_bytes()[:4] == b"\x89PNG"
+    assert "`bleu_by_length_over_time.png`" in report_md
+    for arm in ("none", "bahdanau", "luong"):
+        rows = read_dev_buckets(out / "arms" / arm)
+        assert sorted({int(r["step"]) for r in rows}) == [3, 6]
 
 
 def test_reproduce_again_trains_and_decodes_nothing(tiny_reproduction, monkeypatch) -> None:

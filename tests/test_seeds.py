@@ -156,8 +156,12 @@ def test_reproduce_with_two_seeds(tmp_path, monkeypatch) -> None:
     assert {r["id"] for r in results["criteria"]} == {1, 2, 3, 4}
     text = (out / "report.md").read_text()
     for needle in ("seeds 1, 2", "over seeds: test", "pooled over the seeds",
-                   "## Overall BLEU of each seed", "Judged on the seed means", " ± "):
+                   "## Overall BLEU of each seed", "Judged on the seed means", " ± ",
+                   "## Criterion 2 per seed", "| bahdanau | 1 |", "| bahdanau | pooled |"):
         assert needle in text, needle
+    first = text.split("## What was run")[0]
+    assert "bahdanau: the bottleneck" in first and "of 2 seeds" in first
+    assert results["curves_png"] == "bleu_by_length_over_time.png"
     with (out / "seeds_test.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * (len(BUCKET_LABELS) + 1) and rows[0]["n_seeds"] == "2"

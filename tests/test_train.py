@@ -258,3 +258,16 @@ def test_bleu_off_early_stops_on_dev_loss(tiny_train_overrides, tmp_path: Path) 
     dev = [float(r["dev_loss"]) for r in read_metrics(run_dir) if r["dev_loss"]]
     assert summary["stop_reason"].startswith("early stop") and dev[-1] >= min(dev[:-1])
     assert checkpoint.load_checkpoint(run_dir / "best.pt")["progress"]["step"] == summary["best_step"]
+
+
+def test_resume_check_treats_keys_added_later_as_their_default() -> None:
+    from seq2seq.config import Config
+
+    cfg = OmegaConf.structured(Config)
+    cfg.data.name, cfg.data.kind, cfg.run_dir = "tiny", "local", "runs/x"
+    saved = OmegaConf.to_container(cfg, resolve=True)
+    del saved["data"]["valid_per_bucket"]  # a checkpoint from before the key existed
+    assert checkpoint.check_same_setup(saved, cfg) == []
+    cfg.data.valid_per_bucket = 100  # not the default: the corpus differs, refused
+    with pytest.raises(CheckpointError, match="data.valid_per_bucket"):
+        checkpoint.check_same_setup(saved, cfg)

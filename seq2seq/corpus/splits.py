@@ -71,15 +71,17 @@ def _by_group(pairs: Sequence[Pair]) -> dict[str, list[Pair]]:
     return groups
 
 
-def _choose_test(
-    groups: dict[str, list[Pair]], order: list[str], per_bucket: int, cap: int
+def _choose_stratified(
+    groups: dict[str, list[Pair]], order: list[str], per_bucket: int, cap: int, base: int,
+    base_capped: bool = False,
 ) -> list[str]:
-    """Test groups: a random base, then greedy filling of the buckets still short."""
+    """Groups for a held-out split: a random base of ``base`` pairs (with ``base_capped``,
+    never past ``cap``), then greedy filling of the buckets still short of ``per_bucket``
+    segments, up to ``cap`` pairs."""
     chosen: list[str] = []
     size = 0
-    base = int(TEST_BASE_SHARE * per_bucket * len(BUCKETS))
     for group in order:
-        if size >= base:
+        if size >= base or (base_capped and size + len(groups[group]) > max(cap, 1)):
             break
         chosen.append(group)
         size += len(groups[group])
@@ -115,20 +117,19 @@ def split_pairs(pairs: Sequence[Pair], data_cfg: Any, make: Sequence[str] = ("te
     splits: dict[str, list[str]] = {}
     if "test" in make:
         cap = int(MAX_TEST_SHARE * len(pairs))
-        splits["test"] = _choose_test(groups, order, data_cfg.test_per_bucket, cap)
+        base = int(TEST_BASE_SHARE * data_cfg.test_per_bucket * len(BUCKETS))
+        splits["test"] = _choose_stratified(groups, order, data_cfg.test_per_bucket, cap, base)
     taken = {g for chosen in splits.values() for g in chosen}
     if "valid" in make:
+        # dev: about valid_size pairs of random groups, then, with valid_per_bucket, groups
+        # that fill the length buckets still short (dev BLEU by bucket needs long segments,
+        # which random chapters hold few of)
         cap = int(MAX_VALID_SHARE * len(pairs))
-        valid, size = [], 0
-        for group in order:
-            if group in taken:
-                continue
-            if size >= min(data_cfg.valid_size, cap) or size + len(groups[group]) > max(cap, 1):
-                break
-            valid.append(group)
-            size += len(groups[group])
-        splits["valid"] = valid
-        taken |= set(valid)
+        rest = [g for g in order if g not in taken]
+        base = min(data_cfg.valid_size, cap)
+        splits["valid"] = _choose_stratified(groups, rest, data_cfg.valid_per_bucket, cap, base,
+                                              base_capped=True)
+        taken |= set(splits["valid"])
     splits["train"] = [g for g in order if g not in taken]
     result = SplitResult(
         splits={name: sorted((p for g in chosen for p in groups[g]), key=lambda p: p.pos)
