@@ -236,6 +236,9 @@ class SilentLog:
     def metrics(self, **row: Any) -> None:
         pass
 
+    def dev_buckets(self, step: int, epoch: int, elapsed_s: float, rows: list[dict[str, Any]]) -> None:
+        pass
+
     def progress(self, total: int | None, initial: int) -> tqdm:
         return tqdm(total=total, initial=initial, disable=True)
 

@@ -191,10 +191,11 @@ def test_resume_gives_the_same_parameters_as_an_uninterrupted_run(
 def test_wall_clock_budget_and_length_filter(tiny_train_overrides, tmp_path: Path) -> None:
     from conftest import toy_pairs
 
-    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_minutes=0.0001",
+    # a budget far shorter than one step (6 ms was not: a warm tiny step can be faster)
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_minutes=1e-9",
                     "train.max_src_words=5")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["stop_reason"] == "max_minutes=0.0001" and summary["steps"] == 1
+    assert summary["stop_reason"] == "max_minutes=1e-09" and summary["steps"] == 1
     too_long = sum(len(src.split()) > 5 for src, _ in toy_pairs(600, 1))
     assert summary["dropped_pairs"] == too_long > 0
     assert summary["train_pairs"] == 600 - too_long
