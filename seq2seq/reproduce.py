@@ -338,7 +338,7 @@ def plot_training_curves(cfg: DictConfig, seeds: list[int]) -> str | None:
             for name in cfg.reproduce.arms}
     found = {name: [c for c in map(curves.read_curve, dirs) if c is not None]
              for name, dirs in runs.items()}
-    tag = f", seeds {seeds} (line: mean, band: min-max)" if len(seeds) > 1 else ""
+    tag = f"; seeds {seeds}: line = mean, band = min-max" if len(seeds) > 1 else ""
     path = curves.plot_bleu_by_length_over_time(
         found, out_dir / CURVES_PNG,
         title=f"Dev BLEU by source length during training ({cfg.reproduce.profile} profile{tag})")
