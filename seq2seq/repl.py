@@ -173,7 +173,8 @@ class Repl:
         return handler(args)
 
     def _number(self, name: str, args: list[str]) -> int | None:
-        if len(args) != 1 or not args[0].isdigit() or int(args[0]) < 1:
+        # ASCII digits only: str.isdigit() also accepts "²", which int() then refuses
+        if len(args) != 1 or not (args[0].isascii() and args[0].isdigit()) or int(args[0]) < 1:
             self.warn(f":{name} needs one whole number >= 1, e.g. :{name} 5 "
                       f"(now {getattr(self, name)})")
             return None

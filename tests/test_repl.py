@@ -88,7 +88,8 @@ def test_beam_and_nbest_commands(translator: Translator) -> None:
                                 "beam size; raise the beam or lower nbest"]
 
 
-@pytest.mark.parametrize("command", [":beam", ":beam 0", ":beam x", ":nbest -1", ":beam 1 2"])
+@pytest.mark.parametrize("command", [":beam", ":beam 0", ":beam x", ":nbest -1", ":beam 1 2",
+                                     ":nbest ²", ":beam ²", ":beam ٣"])
 def test_bad_numbers_get_one_line(translator: Translator, command: str) -> None:
     out, err = drive(translator, f"{command}\ndios\n{CTRL_D}")
     assert body(out) == ["god"]
