@@ -172,9 +172,11 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
     settings that differ (allowed, e.g. a larger ``max_steps``, but a changed
     ``batch_tokens`` or ``seed`` changes the batch order) so the caller can warn.
     """
+    from seq2seq.config import Config
+
     now = OmegaConf.to_container(cfg, resolve=True)
     # a key added to the schema after the checkpoint was written has its default there
-    defaults = OmegaConf.to_container(OmegaConf.structured(_schema()), resolve=False)
+    defaults = OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)
     for section in ("model", "data", "tokenizer"):
         old = {**{k: v for k, v in defaults[section].items() if k not in saved.get(section, {})},
                **saved.get(section, {})}
@@ -187,12 +189,6 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
     old_train = saved.get("train", {})
     return [f"train.{k}: {old_train.get(k)} -> {v}" for k, v in now["train"].items()
             if k != "resume" and old_train.get(k) != v]
-
-
-def _schema() -> Any:
-    from seq2seq.config import Config
-
-    return Config
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> DictConfig:

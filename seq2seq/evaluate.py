@@ -69,6 +69,11 @@ def _bucket_indices(sources: Sequence[str]) -> np.ndarray:
             f"source sentence {int(empty[0])} (0-based) is empty ({empty.size} empty in all); "
             "drop empty segments from the split before scoring"
         )
+    return _length_buckets(lengths)
+
+
+def _length_buckets(lengths: np.ndarray) -> np.ndarray:
+    """Bucket index (0..5) of every source length (words, all >= 1), ``(n,)``."""
     return np.minimum((lengths - 1) // BUCKET_WIDTH, len(BUCKET_LABELS) - 1)
 
 
@@ -259,7 +264,7 @@ def quick_bucket_scores(
     lengths = np.asarray(src_words, dtype=np.int64)
     if (lengths < 1).any():
         raise DataError("a dev source has 0 words; drop empty segments before scoring")
-    buckets = np.minimum((lengths - 1) // BUCKET_WIDTH, len(BUCKET_LABELS) - 1)
+    buckets = _length_buckets(lengths)
     metrics = _metrics(trg_lang)
     stats = segment_stats(hypotheses, references, metrics)
     scopes = [(label, buckets == k) for k, label in enumerate(BUCKET_LABELS)]

@@ -19,11 +19,10 @@ from typing import Any
 
 from seq2seq import report
 from seq2seq.evaluate import BUCKET_LABELS
-from seq2seq.verdict import per_seed_table, verdict_paragraph
+from seq2seq.verdict import ALPHA, attention_arms, per_seed_table, trend_passes, verdict_paragraph
 
 APERTIUM = "apertium"
 MIN_RELATIVE_GAIN = 0.30  # GUIDE §4 criterion 1
-ALPHA = 0.05  # significance level of criterion 2
 TEST, TEST_LONG = "test", "test_long"
 
 
@@ -33,12 +32,6 @@ def _bleu(scope: Mapping[str, Any]) -> float | None:
 
 def _fmt(x: float | None, digits: int = 1) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
-
-
-def _attention_arms(results: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(arm, its baseline) for every arm that is compared with a baseline."""
-    return [(name, arm["spec"]["baseline"]) for name, arm in results["arms"].items()
-            if arm["spec"].get("baseline")]
 
 
 # -------------------------------------------------------------------- criteria
@@ -58,9 +51,8 @@ def _trend(results: Mapping[str, Any], arm: str, base: str) -> dict[str, Any]:
     trend = results["splits"][TEST]["trends"][base][arm]
     if "error" in trend:
         return {"id": 2, "system": arm, "verdict": "N/A", "value": None, "detail": trend["error"]}
-    rs, rl, p = trend["ratio_short"], trend["ratio_long"], trend["p_value"]
-    ok = math.isfinite(rs) and math.isfinite(rl) and rl > rs and p < ALPHA
-    return {"id": 2, "system": arm, "verdict": "PASS" if ok else "FAIL", "value": trend["diff"],
+    return {"id": 2, "system": arm, "verdict": "PASS" if trend_passes(trend) else "FAIL",
+            "value": trend["diff"],
             "detail": report.trend_summary(trend)}
 
 
@@ -89,7 +81,7 @@ def criteria(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     attention arms beat Apertium overall and in every non-empty bucket of test.
     """
     rows: list[dict[str, Any]] = []
-    pairs = _attention_arms(results)
+    pairs = attention_arms(results)
     if TEST in results["splits"]:
         rows += [_gain(results, arm, base) for arm, base in pairs]
         rows += [_trend(results, arm, base) for arm, base in pairs]

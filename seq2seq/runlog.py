@@ -78,17 +78,15 @@ class RunLog:
 
     def metrics(self, **row: Any) -> None:
         """Append one row to metrics.csv; missing fields stay empty, floats are rounded."""
-        clean = {k: (_round(v) if isinstance(v, float) else v) for k, v in row.items()}
         with self.metrics_path.open("a", newline="") as fh:
-            csv.DictWriter(fh, METRIC_FIELDS).writerow(clean)
+            csv.DictWriter(fh, METRIC_FIELDS).writerow(_rounded(row))
 
     def dev_buckets(self, step: int, epoch: int, elapsed_s: float, rows: list[dict[str, Any]]) -> None:
         """Append one validation's rows (bucket, count, bleu, chrf, length_ratio) to dev_buckets.csv."""
         with self.dev_buckets_path.open("a", newline="") as fh:
             writer = csv.DictWriter(fh, DEV_BUCKET_FIELDS)
             for row in rows:
-                clean = {k: (_round(v) if isinstance(v, float) else v) for k, v in row.items()}
-                writer.writerow({"step": step, "epoch": epoch, "elapsed_s": _round(elapsed_s), **clean})
+                writer.writerow(_rounded({"step": step, "epoch": epoch, "elapsed_s": elapsed_s, **row}))
 
     def progress(self, total: int | None, initial: int) -> tqdm:
         """A step progress bar (stderr, hidden when it is not a terminal)."""
@@ -146,6 +144,10 @@ def _round(x: float) -> float | str:
     if math.isnan(x) or math.isinf(x):
         return str(x)
     return float(f"{x:.6g}")
+
+
+def _rounded(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_round(v) if isinstance(v, float) else v) for k, v in row.items()}
 
 
 def _truncate_csv(path: Path, fields: tuple[str, ...], step: int) -> None:

@@ -171,10 +171,10 @@ def choose_precision(run: Run) -> None:
         run.bf16 = p.precision == "bf16"
         run.log.info("precision: %s (kept from the run's start)", p.precision)
         return
-    first = epoch_batches(run)[0]
+    batch = validation.to_device(batching.collate(run.data.train, epoch_batches(run)[0]),
+                                 run.device)
 
     def one_pass() -> None:
-        batch = validation.to_device(batching.collate(run.data.train, first), run.device)
         total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
         (total / batch.n_tgt_tokens).backward()
         run.model.zero_grad(set_to_none=True)

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-ALPHA = 0.05
+ALPHA = 0.05  # significance level of criterion 2
 TEST = "test"
 
 
@@ -33,6 +33,12 @@ def trend_passes(trend: Mapping[str, Any]) -> bool:
         return False
     rs, rl = trend["ratio_short"], trend["ratio_long"]
     return math.isfinite(rs) and math.isfinite(rl) and rl > rs and trend["p_value"] < ALPHA
+
+
+def attention_arms(results: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(arm, its baseline) for every arm that is compared with a baseline."""
+    return [(name, arm["spec"]["baseline"]) for name, arm in results["arms"].items()
+            if arm["spec"].get("baseline")]
 
 
 def per_seed_trends(results: Mapping[str, Any], arm: str, base: str) -> dict[int, Mapping[str, Any]]:
@@ -73,8 +79,7 @@ def _arm_sentence(results: Mapping[str, Any], arm: str, base: str) -> tuple[str,
 
 def verdict_paragraph(results: Mapping[str, Any]) -> list[str]:
     """Markdown lines: the verdict per attention arm, then the profile's note on its budget."""
-    arms = [(name, arm["spec"]["baseline"]) for name, arm in results["arms"].items()
-            if arm["spec"].get("baseline")]
+    arms = attention_arms(results)
     lines: list[str] = []
     if TEST in results["splits"] and arms:
         sentences = [_arm_sentence(results, arm, base) for arm, base in arms]
