@@ -319,6 +319,8 @@ def training_data(
                           "source words: raise train.max_src_words")
     valid_idx, _ = length_filter(splits["valid"], np.iinfo(np.int32).max)
     if len(valid_idx) == 0:
-        raise DataError("the corpus's valid split is empty: rebuild it with seq2seq-data")
+        raise DataError("the corpus's valid split is empty: give dev more pairs (data.valid_size, "
+                        "data.valid_per_bucket, or data.valid_file for data=local) and rebuild "
+                        "it with seq2seq-data")
     refs = [pair[tgt_lang] for pair in corpus["valid"]["translation"]]
     return TrainingData(splits["train"], train_idx, dropped, splits["valid"], valid_idx, refs)

@@ -7,9 +7,10 @@ only tensors and plain Python values, so it loads with ``weights_only=True``
 
 from __future__ import annotations
 
+import errno
 import os
 import random
-import tempfile
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,39 +18,27 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.atomic import atomic_open
 from seq2seq.errors import CheckpointError
 
 FORMAT_VERSION = 1
 BEST, LAST = "best.pt", "last.pt"
 TOKENIZER_DIR = "tokenizer"  # inside a run folder: the SentencePiece models the run used
+KEPT_DIR = "checkpoints"  # inside a run folder: the last train.keep_checkpoints validations
 _REQUIRED = ("format", "model", "config", "vocab", "progress")
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync it, then ``os.replace``.
-
-    Readers see either the old file or the complete new one, never half of it,
-    even if the process dies or the disk fills during the write.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """``torch.save`` through :func:`seq2seq.atomic.atomic_open`: readers see either the old
+    file or the complete new one, even if the process dies or the disk fills."""
     try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; keep torch.save's usual mode
-        with os.fdopen(fd, "wb") as fh:
+        with atomic_open(path, "wb") as fh:
             torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    # the rename itself is durable only once the folder entry is on disk
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    except RuntimeError as err:  # torch reports a failed write (disk full) as RuntimeError
+        if "writ" not in str(err):
+            raise
+        raise OSError(errno.ENOSPC, f"cannot write checkpoint: {str(err).splitlines()[0]}",
+                      str(path)) from None
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -83,9 +72,12 @@ def make_checkpoint(
     progress: dict[str, Any],
     cfg: DictConfig,
     vocab: dict[str, int],
+    identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything needed to resume training exactly, or to rebuild the model for decoding."""
+    """Everything needed to resume training exactly, or to rebuild the model for decoding.
+    ``identity`` (:func:`run_identity`) names the tokenizers and corpus build it needs."""
     return {
+        "identity": dict(identity or {}),
         "format": FORMAT_VERSION,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
@@ -95,6 +87,45 @@ def make_checkpoint(
         "config": OmegaConf.to_container(cfg, resolve=True),
         "vocab": dict(vocab),
     }
+
+
+def kept_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the validation checkpoints kept in ``<run_dir>/checkpoints/``,
+    oldest first (``train.keep_checkpoints``)."""
+    folder = Path(run_dir) / KEPT_DIR
+    found = []
+    for path in folder.glob("step_*.pt") if folder.is_dir() else []:
+        try:
+            found.append((int(path.stem.removeprefix("step_")), path))
+        except ValueError:  # not a name this module wrote
+            continue
+    return sorted(found)
+
+
+def keep_checkpoint(run_dir: str | Path, step: int, keep: int) -> Path:
+    """Keep ``last.pt`` as ``checkpoints/step_<step>.pt`` and drop all but the newest ``keep``.
+
+    A hard link costs no write (``atomic_save`` replaces ``last.pt`` by a new file, so the
+    kept one never changes); a copy where the file system has no hard links. Each kept
+    file is a full checkpoint: it can be averaged (seq2seq-average) or resumed from.
+    """
+    run_dir = Path(run_dir)
+    target = run_dir / KEPT_DIR / f"step_{step:08d}.pt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    try:
+        os.link(run_dir / LAST, target)
+    except OSError:
+        shutil.copyfile(run_dir / LAST, target)
+    drop_kept(run_dir, lambda s, rank: rank >= keep)
+    return target
+
+
+def drop_kept(run_dir: str | Path, doomed: Any) -> None:
+    """Delete the kept checkpoints for which ``doomed(step, rank)`` is true (rank 0 = newest)."""
+    for rank, (step, path) in enumerate(reversed(kept_checkpoints(run_dir))):
+        if doomed(step, rank):
+            path.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -144,22 +175,6 @@ def find_checkpoint(run_dir_or_ckpt: str | Path) -> Path:
     return path
 
 
-def resume_checkpoint(run_dir: str | Path, resume: bool) -> Path | None:
-    """The checkpoint a run resumes from, or None for a fresh run; refuses to overwrite a run."""
-    last = Path(run_dir) / LAST
-    if resume:
-        if not last.is_file():
-            raise CheckpointError(
-                f"train.resume=true but {last} does not exist: pass run_dir=<the folder of the "
-                "run to resume> (it holds last.pt), or drop train.resume to start afresh")
-        return last
-    if last.exists():
-        raise CheckpointError(
-            f"run_dir {run_dir} already holds a run (last.pt): pass train.resume=true to "
-            "continue it, or choose another run_dir")
-    return None
-
-
 # where a corpus lives may change between runs; what it holds may not
 _MAY_MOVE = {"data": ("root", "sword_path")}
 
@@ -186,9 +201,37 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
             raise CheckpointError(
                 f"cannot resume: {section}.{', '.join(diff)} differ from the checkpoint's "
                 "config; resume with the same settings (see config.yaml in the run folder)")
-    old_train = saved.get("train", {})
+    old_train = {**defaults["train"], **saved.get("train", {})}
     return [f"train.{k}: {old_train.get(k)} -> {v}" for k, v in now["train"].items()
             if k != "resume" and old_train.get(k) != v]
+
+
+def run_identity(cfg: DictConfig, tokenizers: Any) -> dict[str, Any]:
+    """What a checkpoint only fits with: its tokenizers' identity and its corpus's build key
+    (None when the corpus folder has no manifest)."""
+    from seq2seq.corpus import corpus_dir
+    from seq2seq.corpus.store import read_manifest
+
+    manifest = read_manifest(corpus_dir(cfg.data)) or {}
+    return {"tokenizer": tokenizers.identity(), "corpus": manifest.get("build_key")}
+
+
+def check_identity(ckpt: dict[str, Any], identity: dict[str, Any], path: Path) -> None:
+    """Refuse to resume ``ckpt`` (from ``path``) with other tokenizers or another corpus build,
+    or when it holds no optimizer state (an averaged checkpoint). Checkpoints written before
+    identities were recorded pass."""
+    if ckpt.get("optimizer") is None:
+        raise CheckpointError(f"{path} holds no optimizer state (an averaged checkpoint?): resume "
+                              "from last.pt, best.pt or a kept checkpoints/step_*.pt")
+    saved = ckpt.get("identity") or {}
+    if saved.get("tokenizer") and saved["tokenizer"] != identity["tokenizer"]:
+        raise CheckpointError(
+            f"cannot resume {path}: the run folder's tokenizer/ is not the one it was trained "
+            f"with ({identity['tokenizer']} != {saved['tokenizer']}); restore that folder")
+    if saved.get("corpus") and identity["corpus"] and saved["corpus"] != identity["corpus"]:
+        raise CheckpointError(
+            f"cannot resume {path}: its corpus was rebuilt since (build key {saved['corpus']} "
+            f"-> {identity['corpus']}); resume on the same build, or train a new run")
 
 
 def config_from_checkpoint(ckpt: dict[str, Any]) -> DictConfig:
@@ -224,6 +267,11 @@ def load_model(
             "folder seq2seq-train wrote next to it"
         )
     tokenizers = Tokenizers.load(tok_dir)
+    saved = (ckpt.get("identity") or {}).get("tokenizer")
+    if saved and saved != tokenizers.identity():
+        raise CheckpointError(
+            f"{tok_dir} is not the tokenizer {path.name} was trained with ({tokenizers.identity()} "
+            f"!= {saved}): restore the run's own tokenizer/ folder")
     model = build_model(cfg.model, ckpt["vocab"]["src"], ckpt["vocab"]["tgt"])
     try:
         model.load_state_dict(ckpt["model"])

@@ -6,6 +6,7 @@ A :class:`~seq2seq.errors.Seq2SeqError` becomes one line on stderr and exit code
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +18,28 @@ from omegaconf import DictConfig
 from seq2seq.config import (
     register_configs,
     validate,
+    validate_average,
     validate_evaluate,
     validate_reproduce,
     validate_translate,
 )
 from seq2seq.errors import Seq2SeqError
+from seq2seq.preempt import Preempted
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def os_error_message(err: OSError) -> str:
+    """One line naming the file, the problem and the fix; finished files are intact,
+    since everything is written to a temp file first and renamed when complete."""
+    what = f"{err.strerror or err} ({err.filename})" if err.filename else str(err.strerror or err)
+    if err.errno in _FULL:
+        return (f"{what}: free disk space (or raise the file size limit) and run the same "
+                "command again; files written before are intact")
+    if err.errno in _DENIED:
+        return f"{what}: choose a folder you may write to (run_dir=, out_dir=, output=)"
+    return f"{what}: check the path and try again"
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
@@ -38,8 +56,14 @@ def run_guarded(
     try:
         check(cfg)
         return fn(cfg)
+    except Preempted as err:
+        print(f"stopped: {err}", file=sys.stderr)
+        sys.exit(err.code)
     except Seq2SeqError as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:  # disk full, permission denied, a vanished folder: one line
+        print(f"error: {os_error_message(err)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -59,7 +83,18 @@ def train_main(cfg: DictConfig) -> None:
     """`seq2seq-train`: train one model into a run folder."""
     from seq2seq.train import train_main as _train
 
-    run_guarded(_train, sweep_run_dir(cfg))
+    run_guarded(lambda c: _train(with_folder_config(c)), sweep_run_dir(cfg))
+
+
+def with_folder_config(cfg: DictConfig) -> DictConfig:
+    """A resume takes the run folder's config.yaml, with this command line's overrides on
+    top (seq2seq.runfolder.folder_config)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from seq2seq.runfolder import folder_config
+
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    return folder_config(cfg, overrides)
 
 
 def sweep_run_dir(cfg: DictConfig) -> DictConfig:
@@ -100,3 +135,11 @@ def reproduce_main(cfg: DictConfig) -> None:
     from seq2seq.reproduce import reproduce_main as _reproduce
 
     run_guarded(_reproduce, cfg, check=validate_reproduce)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="average", version_base="1.3")
+def average_main(cfg: DictConfig) -> None:
+    """`seq2seq-average run=<run folder> last=5`: average kept checkpoints into one."""
+    from seq2seq.average import average_main as _average
+
+    run_guarded(_average, cfg, check=validate_average)

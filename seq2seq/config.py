@@ -8,12 +8,14 @@ one module (attention names, corpus kinds) are checked by that module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from seq2seq.constants import MAX_BEAM
 from seq2seq.errors import ConfigError
 
 
@@ -122,9 +124,25 @@ class TrainConfig:
     valid_bleu_sentences: int = 300
     patience: int = 5  # validations without improvement before early stop; 0 = off
     resume: bool = False
+    resume_from: str = "last"  # with resume: last (last.pt) | best (best.pt) | a checkpoint file
+    overwrite: bool = False  # a fresh run may replace another run's files in run_dir
+    # also write last.pt every this many minutes between validations (0 = at validations only);
+    # SIGTERM/SIGINT/SIGUSR1 always save it at the next step boundary (seq2seq/preempt.py)
+    save_every_minutes: float = 0.0
     distributed: bool = False  # DDP over the processes torchrun starts (README: Several processes / GPUs)
     log_every: int = 50
     overfit_batches: int = 0  # > 0: every epoch trains on the same first N batches (memorisation check)
+    # TensorBoard event files in the run folder (seq2seq/board.py): losses, lr, tokens/s,
+    # dev BLEU by bucket, attention images; skipped with a warning when tensorboard is missing
+    tensorboard: bool = True
+    # also keep the model of the last N validations in checkpoints/ (for seq2seq-average); 0 = none
+    keep_checkpoints: int = 0
+
+
+# train keys that say how a run is kept, logged and resumed, not what it learns: they may
+# change on resume, and a finished reproduction arm is reused whatever they were
+BOOKKEEPING_KEYS = ("resume", "resume_from", "overwrite", "tensorboard", "keep_checkpoints",
+                    "save_every_minutes", "log_every")
 
 
 @dataclass
@@ -134,9 +152,18 @@ class TranslateConfig:
     The model, its tokenizers and its training settings come from the run folder.
     """
 
-    run: str | None = None  # a run folder written by seq2seq-train, or a best.pt/last.pt in one
+    # a run folder written by seq2seq-train, or a best.pt/last.pt in one; a list of them
+    # decodes as an ensemble (seq2seq/ensemble.py)
+    run: Any = None
     beam: int = 5  # 1 = greedy search
-    nbest: int = 1  # REPL only: a filter prints the best hypothesis, one line per input line
+    nbest: int = 1  # the prompt's n-best; in file mode nbest > 1 writes the n-best TSV
+    # file mode (seq2seq/translate_file.py): read `input` (or stdin when it is a file, not a
+    # pipe), decode in length-sorted batches, write `output` ("" = stdout)
+    input: str = ""
+    output: str = ""
+    alignments: str = ""  # file mode: also write one JSON line of alignments per input line
+    alignment: str = "soft"  # soft: the attention matrix; hard: the argmax source per target subword
+    batch_tokens: int = 2000  # file mode: padded source subwords per batch, before beam expansion
     alpha: float = 0.6  # GNMT length penalty of the beam score
     max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
     max_len_extra: int = 10
@@ -178,8 +205,8 @@ class EvalConfig:
 class EvaluateConfig(EvalConfig):
     """Primary schema of `seq2seq-evaluate`; its keys are top-level (run=... split=... beam=...)."""
 
-    run: str | None = None  # one run folder (or a checkpoint file in one)
-    runs: list[str] = field(default_factory=list)  # several run folders: scored, then compared
+    run: Any = None  # one run folder (or a checkpoint file in one); a list: one ensemble
+    runs: list[Any] = field(default_factory=list)  # several runs (a list in it: an ensemble), compared
     names: list[str] = field(default_factory=list)  # display names for runs; default: folder names
     baseline: str | None = None  # system the others are tested against; default: the first run
     split: str = "test"
@@ -225,6 +252,16 @@ class ReproduceAppConfig(Config):
     reproduce: ReproduceConfig = field(default_factory=ReproduceConfig)
 
 
+@dataclass
+class AverageConfig:
+    """Primary schema of `seq2seq-average`: average a run's kept validation checkpoints."""
+
+    run: str | None = None  # the run folder (trained with train.keep_checkpoints=N)
+    last: int = 5  # average the newest `last` checkpoints of <run>/checkpoints/
+    checkpoints: list[str] = field(default_factory=list)  # or these files (of one run)
+    output: str = ""  # default <run>/averaged.pt
+
+
 def register_configs() -> None:
     """Register the schemas so YAML files are validated against them."""
     cs = ConfigStore.instance()
@@ -232,6 +269,7 @@ def register_configs() -> None:
     cs.store(name="evaluate_schema", node=EvaluateConfig)
     cs.store(name="reproduce_schema", node=ReproduceAppConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
+    cs.store(name="average_schema", node=AverageConfig)
 
 
 def _check(cond: bool, message: str) -> None:
@@ -250,6 +288,13 @@ def validate(cfg: Any) -> None:
     _check(tok.vocab_size >= 16, f"tokenizer.vocab_size={tok.vocab_size} is too small (>= 16)")
     _check(t.batch_tokens > 0, f"train.batch_tokens={t.batch_tokens} must be positive")
     _check(t.lr > 0, f"train.lr={t.lr} must be positive")
+    _check(0.0 < t.lr_decay < 1.0, f"train.lr_decay={t.lr_decay} must be in (0, 1): the factor "
+           "the plateau schedule multiplies the learning rate by")
+    _check(t.threads >= 0, f"train.threads={t.threads} must be >= 0 (0 = all cores)")
+    _check(t.save_every_minutes >= 0, f"train.save_every_minutes={t.save_every_minutes} must "
+           "be >= 0 (0 = at validations only)")
+    _check(tok.model_type in ("unigram", "bpe", "char", "word"),
+           f"tokenizer.model_type={tok.model_type!r}: use unigram, bpe, char or word")
     _check(0.0 <= t.label_smoothing < 1.0, f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
     _check(0.0 < t.teacher_forcing <= 1.0, f"train.teacher_forcing={t.teacher_forcing} must be in (0, 1]")
     _check(t.max_src_words > 0, f"train.max_src_words={t.max_src_words} must be positive")
@@ -278,6 +323,7 @@ def validate_evaluate(cfg: Any) -> None:
     validate_eval(cfg)
     _check((cfg.run is None) != (len(cfg.runs) == 0),
            "pass one run folder as run=<folder>, or several as runs=[<folder>,<folder>]")
+    check_run_value(cfg.run)
     _check(not cfg.names or len(cfg.names) == max(len(cfg.runs), 1),
            f"names={list(cfg.names)} must give one name per run")
 
@@ -300,7 +346,8 @@ def validate_translate(cfg: Any) -> None:
     """`seq2seq-translate`: a run to load and valid decoding settings (TranslateConfig)."""
     _check(bool(cfg.run), "no model given: pass run=<run folder or checkpoint>, e.g. "
            "seq2seq-translate run=runs/short_bahdanau")
-    _check(cfg.beam >= 1, f"beam={cfg.beam} must be >= 1 (1 = greedy search)")
+    _check(1 <= cfg.beam <= MAX_BEAM,
+           f"beam={cfg.beam} must be between 1 (greedy search) and {MAX_BEAM}")
     _check(1 <= cfg.nbest <= cfg.beam, f"nbest={cfg.nbest} must be between 1 and beam={cfg.beam}")
     _check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
     _check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
@@ -310,3 +357,24 @@ def validate_translate(cfg: Any) -> None:
     _check(cfg.threads >= 0, f"threads={cfg.threads} must be >= 0 (0 = torch's default)")
     _check(cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:"),
            f"device={cfg.device!r}: use auto, cpu or cuda")
+    _check(cfg.alignment in ("soft", "hard"),
+           f"alignment={cfg.alignment!r}: use soft (attention matrices) or hard (Pharaoh pairs)")
+    _check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
+    check_run_value(cfg.run)
+
+
+def check_run_value(run: Any) -> None:
+    """``run=``: one path, or a non-empty list of paths (an ensemble)."""
+    if run is None or isinstance(run, str):
+        return
+    members = list(run) if isinstance(run, Sequence) else [run]
+    _check(len(members) > 0 and all(isinstance(m, str) and m for m in members),
+           f"run={members}: give a run folder, or a list of run folders for an ensemble "
+           "(run=[runs/a,runs/b])")
+
+
+def validate_average(cfg: Any) -> None:
+    """`seq2seq-average`: a run with ``last`` >= 1, or explicit checkpoint files."""
+    _check(bool(cfg.run) or len(cfg.checkpoints) > 0,
+           "pass run=<run folder> (with last=N) or checkpoints=[a.pt,b.pt]")
+    _check(cfg.last >= 1, f"last={cfg.last} must be at least 1")

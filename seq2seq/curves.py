@@ -21,6 +21,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from seq2seq import atomic
 from seq2seq.evaluate import BUCKET_LABELS, LONG_GROUP
 from seq2seq.runlog import read_dev_buckets
 
@@ -120,6 +121,5 @@ def plot_bleu_by_length_over_time(curves: Mapping[str, Sequence[Curve]], path: s
                ncol=len(BUCKET_LABELS), fontsize=8)
     fig.suptitle(title or "Dev BLEU by source length during training")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    atomic.save_figure(fig, path)
     return path

@@ -137,6 +137,7 @@ def decode(
     ``alpha``. An output holds at most ``int(max_len_ratio * src_tokens) + max_len_extra``
     tokens. ``batch_tokens`` bounds the padded source tokens per batch (before beam
     expansion). A sentence's output does not depend on its batch (search guarantees it).
+    ``progress`` shows a bar on stderr when stderr is a terminal (never in a log file).
     """
     if beam < 1:
         raise ConfigError(f"beam={beam} must be >= 1 (1 = greedy)")
@@ -151,7 +152,7 @@ def decode(
     lens = [0] * len(sources)
     batches = length_sorted_batches([len(e) for e in encoded], batch_tokens)
     with tqdm(total=sum(len(b) for b in batches), unit="sent", desc=f"decode beam={beam}",
-              disable=not progress, leave=False) as bar:
+              disable=None if progress else True, leave=False) as bar:  # None: terminals only
         for idx in batches:
             src, src_lens = _pad([encoded[i] for i in idx], device)
             out = _search(model, src, src_lens, beam, alpha, max_len_ratio, max_len_extra)

@@ -148,6 +148,24 @@ def slowest(seconds: float) -> float:
     return float(_reduce(torch.tensor(seconds, dtype=torch.float64, device=device), dist.ReduceOp.MAX))
 
 
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank (``[obj]`` in one process)."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def any_rank(flag: bool) -> bool:
+    """True when ``flag`` is true on any rank (a signal that reached one process stops all
+    of them at the same step; a collective, so every rank must call it at every step)."""
+    if not dist.is_initialized():
+        return flag
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    return bool(_reduce(torch.tensor(int(flag), device=device), dist.ReduceOp.MAX))
+
+
 # ---------------------------------------------------------------- sharding and the loss scale
 
 
@@ -237,6 +255,11 @@ class SilentLog:
         pass
 
     def dev_buckets(self, step: int, epoch: int, elapsed_s: float, rows: list[dict[str, Any]]) -> None:
+        pass
+
+    wants_attention = False
+
+    def attention(self, step: int, samples: list[Any]) -> None:
         pass
 
     def progress(self, total: int | None, initial: int) -> tqdm:

@@ -24,11 +24,8 @@ tables and files are :mod:`seq2seq.report`.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,10 +34,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seq2seq import apertium, report
+from seq2seq import apertium, atomic, report
 from seq2seq.batching import cache_key
-from seq2seq.checkpoint import config_from_checkpoint, find_checkpoint, load_checkpoint
+from seq2seq.checkpoint import BEST, config_from_checkpoint, find_checkpoint, load_checkpoint
 from seq2seq.decode import Decoded, decode
+from seq2seq.ensemble import load_models, run_list
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.evaluate import paired_test, ratio_trend_test, score_buckets, sentence_scores
 
@@ -82,6 +80,11 @@ def load_split(data_cfg: Any, name: str) -> Split:
         raise DataError(f"split {name!r} is not in corpus {data_cfg.name!r}: "
                         f"choose one of {sorted(corpus)} (split=<name>)")
     ds = corpus[name]
+    if len(ds) == 0:
+        raise DataError(f"split {name!r} of corpus {data_cfg.name!r} is empty: give it pairs "
+                        "(data.test_per_bucket for test, data.test_long_min_words/max_words for "
+                        "test_long, "
+                        "or data.test_file for data=local) and rebuild it with seq2seq-data")
     pairs = ds["translation"]
     return Split(name, [p[data_cfg.src_lang] for p in pairs],
                  [p[data_cfg.tgt_lang] for p in pairs], ds._fingerprint, data_cfg.tgt_lang)
@@ -94,55 +97,83 @@ def file_digest(path: Path) -> str:
 
 
 def _write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, ensure_ascii=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """A cached JSON payload, or None when it is missing or unreadable (then it is redone)."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    atomic.write_json(path, payload, ensure_ascii=False)
 
 
 # --------------------------------------------------------------- decoding
-def run_split(run: str | Path, split_name: str) -> tuple[Path, DictConfig, Split]:
-    """The checkpoint of ``run`` (best.pt, else last.pt), its config and its corpus's split."""
-    ckpt_path = find_checkpoint(run)
-    cfg = config_from_checkpoint(load_checkpoint(ckpt_path))
-    return ckpt_path, cfg, load_split(cfg.data, split_name)
+def run_split(run: Any, split_name: str) -> tuple[Path, DictConfig, Split]:
+    """The checkpoint of ``run`` (best.pt, else last.pt), its config and its corpus's split;
+    for an ensemble (a list of runs) the first member's."""
+    ckpt_path = find_checkpoint(run_list(run)[0])
+    ckpt = load_checkpoint(ckpt_path)
+    cfg = config_from_checkpoint(ckpt)
+    split = load_split(cfg.data, split_name)
+    _warn_if_rebuilt(ckpt, cfg, ckpt_path)
+    return ckpt_path, cfg, split
 
 
-def decode_run(run: str | Path, split_name: str, ev: Any, name: str | None = None
+def _warn_if_rebuilt(ckpt: dict[str, Any], cfg: DictConfig, path: Path) -> None:
+    """Name a corpus rebuilt since the run trained (its split may hold other sentences)."""
+    from seq2seq.corpus import corpus_dir
+    from seq2seq.corpus.store import read_manifest
+
+    saved = (ckpt.get("identity") or {}).get("corpus")
+    now = (read_manifest(corpus_dir(cfg.data)) or {}).get("build_key")
+    if saved and now and saved != now:
+        log.warning("%s was trained on corpus build %s, but %s is now build %s: the scores "
+                    "are on the rebuilt corpus, whose splits may differ", path, saved,
+                    corpus_dir(cfg.data), now)
+
+
+def _identity(run: Any) -> tuple[list[Path], str]:
+    """The checkpoint files of ``run`` (one, or an ensemble's) and their joint content key."""
+    paths = [find_checkpoint(r) for r in run_list(run)]
+    return paths, "+".join(file_digest(p) for p in paths)
+
+
+def eval_dir(run: Any, split_name: str, beam: int) -> Path:
+    """Where one system's evaluation files go: ``<run>/eval/<split>-beam<k>`` (best.pt), with
+    ``-<stem>`` for another checkpoint of the run (``-last``, ``-averaged``); an ensemble's
+    in its first member's eval folder, ``<split>-beam<k>-ensemble-<key>``."""
+    paths, key = _identity(run)
+    folder = f"{split_name}-beam{beam}"
+    if len(paths) > 1:
+        folder += f"-ensemble-{cache_key(key)[:8]}"
+    elif not Path(run_list(run)[0]).is_dir() and paths[0].name != BEST:
+        # last.pt or averaged.pt named explicitly: its own folder, next to best.pt's
+        folder += f"-{paths[0].stem}"
+    return paths[0].parent / EVAL_DIR / folder
+
+
+def default_name(run: Any) -> str:
+    """A run's display name: its folder; an ensemble's: its members' folders joined by +."""
+    return "+".join(find_checkpoint(r).parent.resolve().name for r in run_list(run))
+
+
+def decode_run(run: Any, split_name: str, ev: Any, name: str | None = None
                ) -> tuple[Split, SystemOutput]:
-    """Decode split ``split_name`` with the run's checkpoint, reusing a cached decoding.
+    """Decode split ``split_name`` with the run's checkpoint (a list of runs: their
+    ensemble), reusing a cached decoding.
 
     ``ev`` holds the EvalConfig fields (beam, alpha, max_len_ratio, max_len_extra,
     batch_tokens, device, threads). The cache lives in ``<run folder>/eval/cache/``.
     """
-    from seq2seq.checkpoint import load_model
     from seq2seq.runtime import resolve_device, set_threads
 
-    ckpt_path, _, split = run_split(run, split_name)
-    key = cache_key(file_digest(ckpt_path), split.fingerprint, ev.beam, ev.alpha,
+    _, _, split = run_split(run, split_name)
+    paths, identity = _identity(run)
+    key = cache_key(identity, split.fingerprint, ev.beam, ev.alpha,
                     ev.max_len_ratio, ev.max_len_extra)
-    cache = ckpt_path.parent / EVAL_DIR / CACHE_DIR / f"{split_name}-{key}.json"
-    name = name or ckpt_path.parent.name
-    payload = _read_json(cache)
+    cache = paths[0].parent / EVAL_DIR / CACHE_DIR / f"{split_name}-{key}.json"
+    name = name or default_name(run)
+    source = ",".join(str(p) for p in paths)
+    payload = atomic.read_json(cache)
     if payload is not None and len(payload["hypotheses"]) == len(split.sources):
         log.info("%s on %s: reusing the decoding in %s", name, split_name, cache)
-        return split, _system(name, Decoded.from_dict(payload), True, str(ckpt_path))
+        return split, _system(name, Decoded.from_dict(payload), True, source)
     device = resolve_device(ev.device)
     set_threads(ev.threads)
-    model, tokenizers, _ = load_model(ckpt_path, device=device)
+    model, tokenizers, _ = load_models([str(p) for p in paths], device=device)
     log.info("%s on %s: decoding %d sentences (beam %d) on %s", name, split_name,
              len(split.sources), ev.beam, device)
     decoded = decode(model, tokenizers, split.sources, beam=ev.beam, alpha=ev.alpha,
@@ -151,7 +182,7 @@ def decode_run(run: str | Path, split_name: str, ev: Any, name: str | None = Non
     _write_json_atomic(cache, decoded.to_dict())
     log.info("%s on %s: %.1f s, %.1f sentences/s", name, split_name, decoded.seconds,
              len(split.sources) / max(decoded.seconds, 1e-9))
-    return split, _system(name, decoded, False, str(ckpt_path))
+    return split, _system(name, decoded, False, source)
 
 
 def _system(name: str, decoded: Decoded, cached: bool, source: str) -> SystemOutput:
@@ -168,7 +199,7 @@ def apertium_output(split: Split, cache_dir: Path, pair: str = "spa-eng") -> Sys
         apertium.translate([], pair=pair)  # logs how to install it
         return None
     cache = cache_dir / f"apertium-{split.name}-{cache_key(split.fingerprint, version, pair)}.json"
-    payload = _read_json(cache)
+    payload = atomic.read_json(cache)
     if payload is not None and len(payload["hypotheses"]) == len(split.sources):
         return SystemOutput("apertium", payload["hypotheses"], None, None,
                             payload["seconds"], True, version)
@@ -216,8 +247,8 @@ def write_system(out_dir: Path, split: Split, system: SystemOutput, scores: Mapp
                  ) -> str:
     """The files of one evaluated system (see the module docstring); returns table.md's text."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "hypotheses.txt").write_text(
-        "".join(" ".join(h.splitlines()) + "\n" for h in system.hypotheses), encoding="utf-8")
+    atomic.write_text(out_dir / "hypotheses.txt",
+                      "".join(" ".join(h.splitlines()) + "\n" for h in system.hypotheses))
     rows = sentence_scores(split.sources, system.hypotheses, split.references,
                            trg_lang=split.tgt_lang)
     for i, row in enumerate(rows):
@@ -227,7 +258,7 @@ def write_system(out_dir: Path, split: Split, system: SystemOutput, scores: Mapp
     report.write_sentence_scores(out_dir / "sentences.csv", rows)
     report.write_results(out_dir, {system.name: scores})
     table = _tables({system.name: scores}, None, {}, f"{system.name} on {split.name}")
-    (out_dir / "table.md").write_text(table + "\n", encoding="utf-8")
+    atomic.write_text(out_dir / "table.md", table + "\n")
     return table
 
 
@@ -244,7 +275,7 @@ def _tables(scores: Mapping[str, Any], comparison: Mapping[str, Any] | None,
 
 # ------------------------------------------------------------- the app
 def _names(cfg: DictConfig, runs: Sequence[str]) -> list[str]:
-    names = list(cfg.names) or [Path(r).resolve().name for r in runs]
+    names = list(cfg.names) or [default_name(r) for r in runs]
     if len(set(names)) != len(names):
         raise ConfigError(f"runs have the same names {names}: give each a name with "
                           "names=[a,b,...]")
@@ -267,7 +298,7 @@ def _evaluate_runs(cfg: DictConfig, runs: Sequence[str], names: Sequence[str], a
                             "compare runs that share their data")
         split = this_split
         out = (Path(cfg.out_dir) if cfg.out_dir and alone
-               else Path(system.source).parent / EVAL_DIR / f"{cfg.split}-beam{cfg.beam}")
+               else eval_dir(run, cfg.split, cfg.beam))
         systems[name], scores[name] = system, score_system(split, system, cfg)
         table = write_system(out, split, system, scores[name])
         if alone:
@@ -287,10 +318,9 @@ def evaluate_main(cfg: DictConfig) -> Path:
     alone = len(runs) == 1 and not cfg.apertium
     split, systems, scores = _evaluate_runs(cfg, runs, names, alone)
     if alone:
-        return Path(cfg.out_dir) if cfg.out_dir else (
-            Path(systems[names[0]].source).parent / EVAL_DIR / f"{cfg.split}-beam{cfg.beam}")
+        return Path(cfg.out_dir) if cfg.out_dir else eval_dir(runs[0], cfg.split, cfg.beam)
     if cfg.apertium:
-        cache = Path(systems[names[0]].source).parent / EVAL_DIR / CACHE_DIR
+        cache = eval_dir(runs[0], cfg.split, cfg.beam).parent / CACHE_DIR
         ap = apertium_output(split, cache, cfg.apertium_pair)
         if ap is not None:
             systems["apertium"], scores["apertium"] = ap, score_system(split, ap, cfg)
@@ -304,7 +334,7 @@ def evaluate_main(cfg: DictConfig) -> Path:
                           else (None, {}))
     report.write_results(out, scores, comparison, trends or None)
     table = _tables(scores, comparison, trends, f"{' vs '.join(systems)} on {split.name}")
-    (out / "table.md").write_text(table + "\n", encoding="utf-8")
+    atomic.write_text(out / "table.md", table + "\n")
     print(table)
     print(f"\nwritten to {out}")
     return out

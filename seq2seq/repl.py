@@ -133,6 +133,8 @@ class Repl:
             self.warn("translation cancelled")
         except Seq2SeqError as e:
             self.warn(f"error: {e}")
+        except Exception as e:  # a bug must not end the session; the fuzz test keeps this unused
+            self.warn(f"error: unexpected {type(e).__name__}: {e}; the prompt goes on")
         return True
 
     def translate_line(self, line: str) -> None:

@@ -9,7 +9,6 @@ to a :func:`~seq2seq.evaluate.score_buckets` result, ``comparison`` is a
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 # The object-oriented API draws with Agg without touching pyplot's global backend state.
 from matplotlib.figure import Figure
 
+from seq2seq import atomic
 from seq2seq.errors import DataError
 from seq2seq.evaluate import BUCKET_LABELS, METRICS
 
@@ -118,10 +118,8 @@ def write_results(
     out.mkdir(parents=True, exist_ok=True)
     payload = {"systems": scores, "comparison": comparison, "ratio_trend": trend}
     json_path, csv_path = out / f"{stem}.json", out / f"{stem}.csv"
-    json_path.write_text(
-        json.dumps(jsonable(payload), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-        encoding="utf-8",
-    )
+    atomic.write_json(json_path, jsonable(payload), indent=2, ensure_ascii=False,
+                      allow_nan=False)
     _write_csv(csv_path, CSV_FIELDS, csv_rows(scores, comparison))
     return json_path, csv_path
 
@@ -138,7 +136,7 @@ def write_sentence_scores(path: str | Path, rows: Sequence[Mapping[str, Any]]) -
 
 def _write_csv(path: Path, fields: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
     """CSV with a header; None becomes an empty cell."""
-    with path.open("w", newline="", encoding="utf-8") as handle:
+    with atomic.atomic_open(path) as handle:
         writer = csv.DictWriter(handle, fieldnames=list(fields))
         writer.writeheader()
         for row in rows:
@@ -279,6 +277,5 @@ def plot_bleu_vs_length(
     # outside the axes, so the legend covers no line
     fig.legend(*ax.get_legend_handles_labels(), title="system", loc="outside right upper")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    atomic.save_figure(fig, path)
     return path

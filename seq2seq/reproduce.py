@@ -36,10 +36,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import curves, report
+from seq2seq import atomic, curves, report
 from seq2seq import seeds as seeds_mod
 from seq2seq.checkpoint import LAST
-from seq2seq.config import Config
+from seq2seq.config import BOOKKEEPING_KEYS, Config
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation import (
     Split,
@@ -99,7 +99,7 @@ def arm_config(cfg: DictConfig, name: str, arm: DictConfig, seed: int | None = N
 def arm_configs(cfg: DictConfig, seed: int | None = None) -> dict[str, DictConfig]:
     """Every arm's config, checked (a model of each builds) before anything slow runs."""
     from seq2seq.config import validate
-    from seq2seq.train import check_model_config
+    from seq2seq.prepare import check_model_config
 
     out = {}
     for name, arm in cfg.reproduce.arms.items():
@@ -110,10 +110,14 @@ def arm_configs(cfg: DictConfig, seed: int | None = None) -> dict[str, DictConfi
 
 
 def _setup_of(cfg: Any) -> dict[str, Any]:
-    """The settings a finished arm must share with the current config to be reused."""
+    """The settings a finished arm must share with the current config to be reused: keys
+    missing in an older arm's config.yaml count as their schema default, and the train
+    keys that only say how a run is kept and logged (BOOKKEEPING_KEYS) do not count."""
     plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
-    setup = {k: dict(plain[k]) for k in _SETUP_SECTIONS}
-    setup["train"].pop("resume", None)
+    defaults = OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)
+    setup = {k: {**defaults[k], **plain[k]} for k in _SETUP_SECTIONS}
+    for key in BOOKKEEPING_KEYS:
+        setup["train"].pop(key, None)
     return setup
 
 
@@ -159,9 +163,17 @@ def train_arm(name: str, arm_cfg: DictConfig) -> dict[str, Any]:
 
     run_dir = Path(arm_cfg.run_dir)
     phase_file = run_dir / PHASE_FILE
-    trained_now = not (run_dir / "summary.json").is_file()
+    summary_file = run_dir / "summary.json"
+    if summary_file.is_file() and atomic.read_json(summary_file) is None:
+        log.warning("arm %s: %s is damaged; the arm is finished again from its checkpoint",
+                    name, summary_file)
+        summary_file.unlink()
+    trained_now = not summary_file.is_file()
     if trained_now:
         arm_cfg.train.resume = (run_dir / LAST).is_file()
+        # the arm's folder is the reproduction's own: what a run killed before its first
+        # checkpoint left there is replaced, not refused
+        arm_cfg.train.overwrite = not arm_cfg.train.resume
         log.info("arm %s: %s training in %s", name,
                  "resuming" if arm_cfg.train.resume else "starting", run_dir)
         before = _read_phase(phase_file) if arm_cfg.train.resume else 0.0
@@ -170,8 +182,8 @@ def train_arm(name: str, arm_cfg: DictConfig) -> dict[str, Any]:
             train_main(arm_cfg)
         finally:  # an interrupted phase still counts when the arm is resumed
             if run_dir.is_dir():
-                phase_file.write_text(json.dumps(
-                    {"phase_s": round(before + time.perf_counter() - start, 1)}) + "\n")
+                atomic.write_json(phase_file,
+                                  {"phase_s": round(before + time.perf_counter() - start, 1)})
     else:
         check_finished_arm(arm_cfg)
         log.info("arm %s: finished before (%s), not trained again", name, run_dir)
@@ -384,11 +396,10 @@ def reproduce_main(cfg: DictConfig) -> Path:
         "wall_time_s": round(time.perf_counter() - started, 1),
     }
     results["criteria"] = criteria(results)
-    (out_dir / "results.json").write_text(
-        json.dumps(report.jsonable(results), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-        encoding="utf-8")
+    atomic.write_json(out_dir / "results.json", report.jsonable(results), indent=2,
+                      ensure_ascii=False, allow_nan=False)
     text = render_report(results)
-    (out_dir / "report.md").write_text(text, encoding="utf-8")
+    atomic.write_text(out_dir / "report.md", text)
     print(text)
     print(f"\nreport: {out_dir / 'report.md'}")
     return out_dir

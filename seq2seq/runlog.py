@@ -8,12 +8,12 @@ Layout of ``run_dir`` (the training loop adds ``best.pt``, ``last.pt`` and ``tok
     train.log      everything the loop logged
     params.json    parameter counts
     summary.json   written when training ends
+    tensorboard/   the same numbers and attention images as TensorBoard events (seq2seq.board)
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 import sys
@@ -22,6 +22,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
+
+from seq2seq import atomic
+from seq2seq.board import AttentionSample, Board
 
 METRIC_FIELDS = (
     "step", "epoch", "train_loss", "lr", "tgt_tok_per_s", "src_tok_per_s",
@@ -39,7 +42,8 @@ class RunLog:
     the checkpoint it resumes from, so the curve has no duplicate steps.
     """
 
-    def __init__(self, run_dir: str | Path, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None,
+                 tensorboard: bool = False) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.dir / "metrics.csv"
@@ -63,6 +67,7 @@ class RunLog:
             self.console_logger = self.logger
         for handler in self._handlers:
             self.logger.addHandler(handler)
+        self.board = Board(self.dir, resume_step, tensorboard, self.warning)
 
     def info(self, msg: str, *args: Any) -> None:
         self.logger.info(msg, *args)
@@ -71,15 +76,16 @@ class RunLog:
         self.logger.warning(msg, *args)
 
     def write_config(self, cfg: DictConfig) -> None:
-        OmegaConf.save(cfg, self.dir / "config.yaml", resolve=True)
+        atomic.write_text(self.dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
 
     def write_json(self, name: str, obj: dict[str, Any]) -> None:
-        (self.dir / name).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        atomic.write_json(self.dir / name, obj, indent=2, sort_keys=True)
 
     def metrics(self, **row: Any) -> None:
         """Append one row to metrics.csv; missing fields stay empty, floats are rounded."""
         with self.metrics_path.open("a", newline="") as fh:
             csv.DictWriter(fh, METRIC_FIELDS).writerow(_rounded(row))
+        self.board.scalars(row)
 
     def dev_buckets(self, step: int, epoch: int, elapsed_s: float, rows: list[dict[str, Any]]) -> None:
         """Append one validation's rows (bucket, count, bleu, chrf, length_ratio) to dev_buckets.csv."""
@@ -87,6 +93,16 @@ class RunLog:
             writer = csv.DictWriter(fh, DEV_BUCKET_FIELDS)
             for row in rows:
                 writer.writerow(_rounded({"step": step, "epoch": epoch, "elapsed_s": elapsed_s, **row}))
+        self.board.dev_buckets(step, rows)
+
+    @property
+    def wants_attention(self) -> bool:
+        """Whether :meth:`attention` shows anything (TensorBoard is on and installed)."""
+        return self.board.enabled
+
+    def attention(self, step: int, samples: list[AttentionSample]) -> None:
+        """Attention images of the fixed dev sentences (seq2seq.validation.attention_samples)."""
+        self.board.attention(step, samples)
 
     def progress(self, total: int | None, initial: int) -> tqdm:
         """A step progress bar (stderr, hidden when it is not a terminal)."""
@@ -96,6 +112,7 @@ class RunLog:
                     bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]")
 
     def close(self) -> None:
+        self.board.close()
         for handler in self._handlers:
             self.logger.removeHandler(handler)
             handler.close()
@@ -154,7 +171,7 @@ def _truncate_csv(path: Path, fields: tuple[str, ...], step: int) -> None:
     """Drop the rows logged after ``step`` (a resumed run logs them again)."""
     with path.open(newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("step") and int(r["step"]) <= step]
-    with path.open("w", newline="") as fh:
+    with atomic.atomic_open(path) as fh:  # a kill here must not lose the rows kept
         writer = csv.DictWriter(fh, fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)

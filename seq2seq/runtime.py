@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import random
 import sys
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -137,3 +140,27 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
     if enabled and bf16_supported(device):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+# the flags that decide which matmul kernels a CPU can run fast
+_SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def cpu_description() -> dict[str, Any]:
+    """The CPU model, core count and matmul-relevant flags, for benchmark records
+    (figures from different machines are only comparable with these next to them)."""
+    info: dict[str, Any] = {"model": platform.processor() or "unknown", "cores": os.cpu_count(),
+                            "flags": []}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            info["model"] = value.strip()
+        elif key.strip() == "flags":
+            have = set(value.split())
+            info["flags"] = [f for f in _SPEED_FLAGS if f in have]
+            break
+    return info

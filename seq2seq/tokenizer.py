@@ -22,6 +22,7 @@ from typing import Any
 import sentencepiece as spm
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq import atomic
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from seq2seq.errors import DataError
 
@@ -42,10 +43,15 @@ class SpmTokenizer:
 
     @classmethod
     def load(cls, path: Path) -> SpmTokenizer:
-        return cls(Path(path).read_bytes())
+        """DataError naming the file when it is missing or not a SentencePiece model."""
+        try:
+            return cls(Path(path).read_bytes())
+        except (OSError, RuntimeError) as err:  # sentencepiece refuses a damaged model
+            raise DataError(f"{path} is missing or not a SentencePiece model ({type(err).__name__}): "
+                            "copy the run's tokenizer/ back from a backup, or retrain the run") from None
 
     def save(self, path: Path) -> None:
-        Path(path).write_bytes(self.model_proto)
+        atomic.write_bytes(path, self.model_proto)
 
     def encode(self, text: str) -> list[int]:
         """Piece ids of ``text``; no BOS/EOS."""
@@ -93,7 +99,14 @@ class Tokenizers:
         self.src.save(folder / "spm_src.model")
         self.tgt.save(folder / "spm_tgt.model")
         meta = {"joint": self.joint, "src_lang": self.src_lang, "tgt_lang": self.tgt_lang}
-        (folder / _META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        atomic.write_json(folder / _META, meta, indent=2)
+
+    def identity(self) -> str:
+        """sha256 (16 hex digits) of both SentencePiece models: equal exactly when two runs
+        map text to the same ids both ways (what an ensemble needs)."""
+        digest = hashlib.sha256(self.src.model_proto)
+        digest.update(b"joint" if self.joint else self.tgt.model_proto)
+        return digest.hexdigest()[:16]
 
     @classmethod
     def load(cls, folder: Path) -> Tokenizers:
@@ -103,10 +116,15 @@ class Tokenizers:
             raise DataError(
                 f"no tokenizers in {folder} ({_META} missing): run `seq2seq-data` to train them"
             )
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            joint = bool(meta["joint"])
+        except (ValueError, KeyError, TypeError):
+            raise DataError(f"{meta_path} is damaged: copy the run's tokenizer/ back from a "
+                            "backup, or retrain the run") from None
         src = SpmTokenizer.load(folder / "spm_src.model")
-        tgt = src if meta["joint"] else SpmTokenizer.load(folder / "spm_tgt.model")
-        return cls(src, tgt, meta["joint"], meta["src_lang"], meta["tgt_lang"], folder)
+        tgt = src if joint else SpmTokenizer.load(folder / "spm_tgt.model")
+        return cls(src, tgt, joint, meta.get("src_lang", "src"), meta.get("tgt_lang", "tgt"), folder)
 
 
 def _settings(tok_cfg: Any) -> dict[str, Any]:

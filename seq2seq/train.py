@@ -1,10 +1,12 @@
-"""The training loop, read top to bottom: set up, step, validate, checkpoint, run.
+"""The training loop, read top to bottom: step, validate, checkpoint, run.
 
-``train_main(cfg)`` loads the corpus and builds the model before anything slow
-happens, so a bad config or a missing corpus fails in the first second. The
-loop state that a resumed run needs (step, epoch, batch index inside the epoch,
-best score, patience, time used) lives in :class:`Progress` and goes into every
-checkpoint with the model, optimizer, scheduler and RNG states.
+``train_main(cfg)`` first sets the run up (:mod:`seq2seq.prepare`: corpus, tokenizers,
+model, a resumed checkpoint), so a bad config or a missing corpus fails in the first
+second. The loop state that a resumed run needs (step, epoch, batch index inside the
+epoch, best score, patience, time used) lives in :class:`~seq2seq.prepare.Progress`
+and goes into every checkpoint with the model, optimizer, scheduler and RNG states.
+A signal (SIGTERM, SIGINT, SIGUSR1) stops the loop at the next step boundary with a
+checkpoint (:mod:`seq2seq.preempt`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,144 +23,18 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import batching, distributed, precision, runtime, validation
+from seq2seq import batching, distributed, precision, preempt, runtime, validation
 from seq2seq.checkpoint import (
     BEST,
     LAST,
-    TOKENIZER_DIR,
     atomic_save,
-    check_same_setup,
-    load_checkpoint,
+    capture_rng_state,
+    keep_checkpoint,
     make_checkpoint,
-    restore_rng_state,
-    resume_checkpoint,
 )
-from seq2seq.corpus import corpus_dir, load_corpus
-from seq2seq.errors import ConfigError, Seq2SeqError
-from seq2seq.model import build_model, count_parameters
-from seq2seq.optim import build_optimizer
-from seq2seq.runlog import RunLog, Window, format_duration
-from seq2seq.runtime import resolve_device, seed_everything, set_threads
-from seq2seq.tokenizer import Tokenizers, load_or_train
-
-
-@dataclass
-class Progress:
-    """Loop counters; saved in every checkpoint so a resumed run continues exactly."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_index: int = 0  # batches of `epoch` already trained on
-    best_score: float = -math.inf  # dev BLEU, or minus dev loss when BLEU is off
-    best_step: int = 0
-    best_bleu: float = math.nan
-    bad_validations: int = 0
-    last_valid_step: int = -1
-    elapsed_s: float = 0.0  # wall time over all restarts
-    train_s: float = 0.0  # time inside training steps only (for tokens/s)
-    tgt_tokens: int = 0
-    src_tokens: int = 0
-    stop_reason: str = ""
-    precision: str = ""  # fp32 | bf16 as resolved at the start (train.precision=auto measures)
-
-
-@dataclass
-class Run:
-    """Everything the loop works with, built once by :func:`setup`."""
-
-    cfg: DictConfig
-    log: RunLog
-    device: torch.device
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    tokenizers: Any
-    data: batching.TrainingData
-    progress: Progress = field(default_factory=Progress)
-    net: torch.nn.Module | None = None  # what train_step calls: the DDP wrapper under torchrun
-    bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
-
-
-# ---------------------------------------------------------------- set-up
-
-
-def check_train_config(t: DictConfig) -> None:
-    """Loop settings that :func:`seq2seq.config.validate` leaves to the loop."""
-    for key in ("valid_every", "log_every", "max_epochs"):
-        if t[key] < 1:
-            raise ConfigError(f"train.{key}={t[key]} must be a positive integer")
-    precision.check(t.precision)
-    for key in ("max_steps", "max_minutes", "patience", "warmup_steps", "clip_norm", "valid_bleu_sentences",
-                "overfit_batches"):
-        if t[key] < 0:
-            raise ConfigError(f"train.{key}={t[key]} must be >= 0 (0 turns it off)")
-
-
-def check_model_config(model_cfg: DictConfig) -> None:
-    """Build a throw-away tiny-vocabulary model so a bad attention name fails before data work."""
-    build_model(model_cfg, 16, 16)
-
-
-def setup(cfg: DictConfig) -> Run:
-    """Everything before the first step; fails fast on config, corpus and checkpoint problems."""
-    t = cfg.train
-    device = distributed.init(cfg, resolve_device(t.device))  # a no-op unless train.distributed
-    run_dir = Path(cfg.run_dir)
-    check_train_config(t)
-    resume_from = resume_checkpoint(run_dir, t.resume)
-    threads = set_threads(distributed.threads_per_rank(t.threads))
-    runtime.keep_freed_memory()
-    flushed = t.flush_denormals and runtime.flush_denormals()
-    check_model_config(cfg.model)
-    with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
-        corpus = load_corpus(cfg.data)
-        ckpt = load_checkpoint(resume_from) if resume_from else None
-        changed = check_same_setup(ckpt["config"], cfg) if ckpt is not None else []
-        if ckpt is not None:
-            tokenizers = Tokenizers.load(run_dir / TOKENIZER_DIR)
-        else:
-            tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
-        data = batching.training_data(corpus, tokenizers, cfg.data.src_lang, cfg.data.tgt_lang,
-                                      cfg.train.max_src_words, cache_dir=corpus_dir(cfg.data) / "cache")
-
-    seed_everything(t.seed)
-    model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
-    optimizer, scheduler = build_optimizer(model, t)
-    resume_step = ckpt["progress"]["step"] if ckpt else None
-    log = RunLog(run_dir, resume_step) if distributed.is_main() else distributed.SilentLog(run_dir)
-    run = Run(cfg, log, device, model, optimizer, scheduler, tokenizers, data)
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        run.progress = Progress(**{**ckpt["progress"], "stop_reason": ""})
-        restore_rng_state(ckpt["rng"])
-        log.info("resumed from %s at step %d (epoch %d, batch %d)", resume_from,
-                 run.progress.step, run.progress.epoch, run.progress.batch_index)
-        for change in changed:
-            log.warning("resuming with a changed setting: %s", change)
-    elif distributed.is_main():
-        tokenizers.save(run_dir / TOKENIZER_DIR)
-    choose_precision(run)
-    write_run_info(run, threads, flushed)
-    run.net = distributed.prepare(run)
-    return run
-
-
-def write_run_info(run: Run, threads: int, flushed: bool) -> None:
-    n_params = count_parameters(run.model)
-    run.log.write_config(run.cfg)
-    run.log.write_json("params.json", {"parameters": n_params, "attention": run.cfg.model.attention.name})
-    d = run.data
-    run.log.info("device %s, %d threads%s; %s attention, %d parameters", run.device, threads,
-                 ", denormals flushed" if flushed else "", run.cfg.model.attention.name, n_params)
-    if run.cfg.train.flush_denormals and not flushed:
-        run.log.warning("train.flush_denormals=true could not be applied on this CPU/build: "
-                        "training runs with denormal arithmetic (slower on x86)")
-    run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
-                 "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
-                 len(d.valid_idx))
-
+from seq2seq.errors import Seq2SeqError
+from seq2seq.prepare import Progress, Run, setup
+from seq2seq.runlog import Window, format_duration
 
 # ---------------------------------------------------------------- step and validation
 
@@ -225,12 +101,19 @@ def validate(run: Run) -> dict[str, float]:
         run.scheduler.step(loss)
     score = bleu if t.valid_bleu_sentences > 0 else -loss
     p.last_valid_step = p.step
-    if score > p.best_score:
+    improved = score > p.best_score
+    if improved:
         p.best_score, p.best_step, p.best_bleu, p.bad_validations = score, p.step, bleu, 0
-        save(run, BEST)
     else:
         p.bad_validations += 1
-    save(run, LAST)
+    save(run, LAST)  # first: a kill between the two writes must not leave best.pt ahead of last.pt
+    if improved:
+        save(run, BEST)
+    if t.keep_checkpoints and distributed.is_main():
+        keep_checkpoint(run.log.dir, p.step, t.keep_checkpoints)
+    if run.log.wants_attention:
+        run.log.attention(p.step, validation.attention_samples(run.model, run.data, run.tokenizers,
+                                                               run.device))
     ppl = math.exp(min(loss, 50.0))
     run.log.info("step %d epoch %d: dev loss %.4f ppl %.2f BLEU %.2f (best %.2f at step %d)",
                  p.step, p.epoch, loss, ppl, bleu, p.best_bleu, p.best_step)
@@ -242,10 +125,16 @@ def validate(run: Run) -> dict[str, float]:
 
 
 def save(run: Run, name: str) -> None:
+    """Write checkpoint ``name`` (rank 0). Every rank calls it at the same step: each one's
+    RNG state goes in, so a resume under torchrun continues every rank's random stream."""
+    run.saved_at = time.perf_counter()
+    rngs = distributed.gather_objects(capture_rng_state())
     if not distributed.is_main():
         return
     vocab = {"src": run.tokenizers.src.vocab_size, "tgt": run.tokenizers.tgt.vocab_size}
-    ckpt = make_checkpoint(run.model, run.optimizer, run.scheduler, asdict(run.progress), run.cfg, vocab)
+    ckpt = make_checkpoint(run.model, run.optimizer, run.scheduler, asdict(run.progress), run.cfg,
+                           vocab, run.identity)
+    ckpt["rng_per_rank"] = rngs
     atomic_save(ckpt, run.log.dir / name)
 
 
@@ -255,6 +144,8 @@ def save(run: Run, name: str) -> None:
 def stop_reason(run: Run) -> str:
     """Why training must stop now ('' to go on)."""
     p, t = run.progress, run.cfg.train
+    if run.stop is not None and distributed.any_rank(bool(run.stop.received)):
+        return f"signal {run.stop.name or 'on another rank'}"
     if t.max_steps and p.step >= t.max_steps:
         return f"max_steps={t.max_steps}"
     if t.max_minutes and distributed.slowest(p.elapsed_s) >= 60 * t.max_minutes:
@@ -288,7 +179,7 @@ def run_training(run: Run) -> Progress:
     window = Window()
     p.stop_reason = stop_reason(run)  # a resumed run may have nothing left to do
     bar = run.log.progress(None, p.step)
-    with logging_redirect_tqdm([run.log.console_logger]), bar:
+    with logging_redirect_tqdm([run.log.console_logger]), bar, preempt.StopSignals() as run.stop:
         while not p.stop_reason:
             batches = epoch_batches(run)
             bar.total = bar.total or total_steps(run, len(batches))
@@ -310,6 +201,9 @@ def run_training(run: Run) -> Progress:
                 if p.step % t.valid_every == 0:
                     validate_and_log(run)
                     p.elapsed_s = elapsed_before + time.perf_counter() - start
+                elif t.save_every_minutes and distributed.any_rank(
+                        time.perf_counter() - run.saved_at >= 60 * t.save_every_minutes):
+                    save(run, LAST)  # mid-epoch: batch_index says where to pick up
                 p.stop_reason = stop_reason(run)
                 if p.stop_reason:
                     break
@@ -319,10 +213,10 @@ def run_training(run: Run) -> Progress:
                 p.epoch, p.batch_index = p.epoch + 1, 0
                 p.stop_reason = stop_reason(run)
         p.elapsed_s = elapsed_before + time.perf_counter() - start
-        if p.last_valid_step != p.step:
+        if p.last_valid_step != p.step and not run.stop.received:
             validate_and_log(run)
-        else:
-            save(run, LAST)  # record the stop reason and the final clock
+        else:  # record the stop reason and the final clock; a signal asks for no validation
+            save(run, LAST)
     return p
 
 
@@ -385,7 +279,14 @@ def train_main(cfg: DictConfig) -> Path:
     """`seq2seq-train`: train one model into ``cfg.run_dir`` and return that folder."""
     run = setup(cfg)
     try:
+        choose_precision(run)
+        run.net = distributed.prepare(run)
         p = run_training(run)
+        if run.stop.received:
+            raise preempt.Preempted(
+                f"{run.stop.name} at step {p.step}: checkpoint saved in {run.log.dir / LAST}; continue "
+                f"with `seq2seq-train run_dir={run.log.dir} train.resume=true` (in a reproduction: "
+                "run the same seq2seq-reproduce command again)", run.stop.received)
         summary = summarize(run)
         run.log.write_json("summary.json", summary)
         run.log.info("done (%s): %d steps, best dev BLEU %.2f at step %d, %.0f tgt tok/s, %.0f s",
@@ -394,5 +295,7 @@ def train_main(cfg: DictConfig) -> Path:
         distributed.shutdown(wait=True)  # the other ranks wait until rank 0 has written everything
     finally:
         run.log.close()
+        if run.lock is not None:
+            run.lock.release()
         distributed.shutdown(wait=False)  # a failed rank leaves at once, so torchrun stops the rest
     return run.log.dir

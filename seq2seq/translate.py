@@ -6,27 +6,34 @@
     r.text, r.src_tokens, r.tgt_tokens, r.score, r.attention  # (len(tgt), len(src))
 
 `seq2seq-translate run=<run folder or checkpoint> [beam=5]` opens the interactive prompt
-(:mod:`seq2seq.repl`) when standard input is a terminal; otherwise it is a filter:
-one output line per input line, in order, flushed per line, warnings on stderr only.
+(:mod:`seq2seq.repl`) when standard input is a terminal. With ``input=FILE``, or when
+standard input is a file, it translates in batches (:mod:`seq2seq.translate_file`, also
+n-best lists and alignments); from a pipe it is a filter: one output line per input
+line, in order, flushed per line, warnings on stderr only. ``run=[a,b,c]`` decodes
+with an ensemble of the runs (:mod:`seq2seq.ensemble`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from seq2seq.constants import MAX_BEAM
 from seq2seq.errors import CheckpointError, ConfigError
 
 # The RNN has no hard length limit, but a pasted page would make beam search slow and
 # memory-hungry for an output nobody trained for: inputs are capped at this many
 # subwords per training word (train.max_src_words), unless max_src_tokens= says otherwise.
 TOKENS_PER_TRAINING_WORD = 4
+# Before tokenization a line is cut at this many UTF-8 bytes (a few pages of text): no
+# sentence is that long, and SentencePiece's time grows with the input.
+MAX_INPUT_BYTES = 20_000
 
 
 @dataclass
@@ -62,9 +69,9 @@ class SearchSettings:
 
 
 def check_request(beam: int, nbest: int) -> None:
-    """ConfigError unless 1 <= nbest <= beam."""
-    if beam < 1:
-        raise ConfigError(f"beam={beam}: the beam size must be at least 1 (1 = greedy)")
+    """ConfigError unless 1 <= nbest <= beam <= MAX_BEAM."""
+    if not 1 <= beam <= MAX_BEAM:
+        raise ConfigError(f"beam={beam}: the beam size must be between 1 (greedy) and {MAX_BEAM}")
     if not 1 <= nbest <= beam:
         raise ConfigError(f"nbest={nbest} with beam={beam}: nbest must be between 1 and the "
                           "beam size; raise the beam or lower nbest")
@@ -83,9 +90,10 @@ class Translator:
         self.search = search or SearchSettings()
 
     @classmethod
-    def from_run(cls, path: str | Path, device: str = "cpu", max_src_tokens: int = 0,
+    def from_run(cls, path: str | Path | Sequence[str], device: str = "cpu", max_src_tokens: int = 0,
                  search: SearchSettings | None = None) -> Translator:
-        """Load ``best.pt`` (else ``last.pt``) of a run folder, or a checkpoint file.
+        """Load ``best.pt`` (else ``last.pt``) of a run folder, or a checkpoint file; a list
+        of them is an ensemble (:func:`seq2seq.ensemble.load_models`).
 
         ``max_src_tokens=0`` caps inputs at 4 subwords per word of the run's
         ``train.max_src_words``. CheckpointError if the run is missing or corrupt.
@@ -94,13 +102,13 @@ class Translator:
         """
         import torch
 
-        from seq2seq.checkpoint import load_model
+        from seq2seq.ensemble import load_models
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise ConfigError(f"device={device} but no CUDA device is visible: use device=cpu or auto")
-        model, tokenizers, cfg = load_model(path, device=device)
+        model, tokenizers, cfg = load_models(path, device=device)
         if max_src_tokens <= 0:
             max_src_tokens = TOKENS_PER_TRAINING_WORD * int(cfg.train.max_src_words)
         return cls(model, tokenizers, max_src_tokens, search)
@@ -113,20 +121,26 @@ class Translator:
         """Source ids and subwords as training saw them (no BOS/EOS, as
         seq2seq.batching.encode_pairs), cut to ``max_src_tokens``; and whether cut."""
         sentence, _ = repair_text(sentence)
+        raw = sentence.encode("utf-8")
+        too_long = len(raw) > MAX_INPUT_BYTES
+        if too_long:  # cut at a character boundary
+            sentence = raw[:MAX_INPUT_BYTES].decode("utf-8", errors="ignore")
         ids = self.tokenizers.src.encode(sentence)
         pieces = self.tokenizers.src.pieces(sentence)
         if len(pieces) != len(ids):  # not one piece per id: name the ids instead
             pieces = [self.tokenizers.src.id_to_piece(i) for i in ids]
-        cut = len(ids) > self.max_src_tokens
+        cut = too_long or len(ids) > self.max_src_tokens
         return ids[: self.max_src_tokens], pieces[: self.max_src_tokens], cut
 
     def translate(self, sentences: Sequence[str], beam: int = 5, nbest: int = 1,
-                  batch_tokens: int = 2000) -> list[Translation]:
+                  batch_tokens: int = 2000, on_batch: Callable[[int], None] | None = None
+                  ) -> list[Translation]:
         """Translate ``sentences``; one Translation per sentence, in their order.
 
         ``beam=1`` is greedy search. Sentences are decoded in length-sorted batches of
         at most ``batch_tokens`` padded source subwords; a sentence's result does not
         depend on its companions. An empty (or all-space) sentence gives ``text=""``.
+        ``on_batch(n)`` is called after each batch of ``n`` sentences (a progress bar).
         """
         from seq2seq.decode import length_sorted_batches
 
@@ -142,6 +156,8 @@ class Translator:
                 best, *rest = [self._translation(results[i], h) for h in hyps]
                 best.alternatives = rest
                 results[i] = best
+            if on_batch is not None:
+                on_batch(len(idx))
         return results
 
     def _search(self, batch: list[list[int]], beam: int, nbest: int) -> list[list[Any]]:
@@ -202,29 +218,27 @@ def repair_text(text: str) -> tuple[str, bool]:
 
 
 def run_filter(translator: Translator, lines: IO[bytes], out: IO[str], err: IO[str],
-               beam: int = 5) -> int:
-    """Translate ``lines`` one by one: one line on ``out`` per input line, flushed at
-    once so a pipe partner sees it; warnings on ``err``. Returns the number of lines."""
-    n = 0
-    for n, raw in enumerate(lines, start=1):
-        text, bad = decode_line(raw)
-        if bad:
-            print(f"warning: line {n}: invalid UTF-8 replaced by U+FFFD", file=err, flush=True)
-        [result] = translator.translate([text], beam=beam)
-        if result.truncated:
-            print(truncation_warning(f"line {n}", translator.max_src_tokens),
-                  file=err, flush=True)
-        out.write(result.text.replace("\n", " ") + "\n")
-        out.flush()
-    return n
+               beam: int = 5, nbest: int = 1, align: IO[str] | None = None,
+               hard: bool = False) -> int:
+    """Translate ``lines`` one by one: one line on ``out`` per input line (or its n-best
+    rows, :mod:`seq2seq.translate_file`), flushed at once so a pipe partner sees it;
+    warnings on ``err``. Returns the number of lines."""
+    from seq2seq.translate_file import Writers, translate_lines
+
+    writers = Writers(out, nbest, align, hard, flush=True)
+    return translate_lines(translator, lines, writers, err, beam, nbest, block_lines=1)
 
 
-def check_run_exists(run: str) -> None:
-    """Fail on a mistyped run path at once, before the slow torch import."""
-    path = Path(run).expanduser()
-    if not path.exists():
-        raise CheckpointError(f"{path} does not exist: pass a run folder written by "
-                              "seq2seq-train or a .pt file in it")
+def check_run_exists(run: Any) -> None:
+    """Fail on a mistyped run path (or any member's, for an ensemble) at once, before the
+    slow torch import."""
+    from seq2seq.ensemble import run_list
+
+    for member in run_list(run):
+        path = Path(member).expanduser()
+        if not path.exists():
+            raise CheckpointError(f"{path} does not exist: pass a run folder written by "
+                                  "seq2seq-train or a .pt file in it")
 
 
 def translator_from_config(cfg: Any) -> Translator:
@@ -251,17 +265,29 @@ def run_interactive(cfg: Any) -> None:
         Repl(pool.submit(translator_from_config, cfg), cfg).run()
 
 
+def _utf8(stream: Any) -> None:
+    """Write UTF-8 whatever the locale (a C locale would fail on the first accent)."""
+    if hasattr(stream, "reconfigure"):
+        stream.reconfigure(encoding="utf-8", errors="replace")
+
+
 def translate_main(cfg: Any) -> None:
-    """`seq2seq-translate`: the REPL on a terminal, else a line filter (stdin -> stdout)."""
-    if sys.stdin.isatty():
+    """`seq2seq-translate`: the prompt on a terminal, batched file translation for
+    ``input=``/``output=``/``alignments=`` or a file on stdin, else a line filter."""
+    from seq2seq.translate_file import stdin_is_file, translate_file_main
+
+    file_mode = bool(cfg.input or cfg.output or cfg.alignments) or stdin_is_file()
+    if sys.stdin.isatty() and not file_mode:
         run_interactive(cfg)
         return
+    _utf8(sys.stdout)
+    _utf8(sys.stderr)
     translator = translator_from_config(cfg)
-    if cfg.nbest > 1:
-        print("note: nbest applies to the interactive prompt; the filter prints the best "
-              "translation only", file=sys.stderr)
     try:
-        run_filter(translator, sys.stdin.buffer, sys.stdout, sys.stderr, cfg.beam)
+        if file_mode:
+            translate_file_main(cfg, translator)
+        else:
+            run_filter(translator, sys.stdin.buffer, sys.stdout, sys.stderr, cfg.beam, cfg.nbest)
     except BrokenPipeError:
         # the reader went away (e.g. `| head`): stop quietly, and keep Python from
         # complaining when it flushes stdout at exit

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from seq2seq import batching
+from seq2seq.board import AttentionSample, sample_indices
 from seq2seq.evaluate import quick_bucket_scores
 from seq2seq.search import greedy
 
@@ -89,3 +90,25 @@ def dev_scores(model: torch.nn.Module, data: batching.TrainingData, tokenizers: 
 def overall_bleu(rows: list[dict[str, Any]]) -> float:
     """The ``all`` row's BLEU, NaN when dev BLEU is off."""
     return next((r["bleu"] for r in rows if r["bucket"] == "all"), math.nan)
+
+
+@torch.no_grad()
+def attention_samples(model: torch.nn.Module, data: batching.TrainingData, tokenizers: Any,
+                      device: torch.device) -> list[AttentionSample]:
+    """Greedy translations of the fixed dev sentences of :func:`seq2seq.board.sample_indices`
+    with their attention (fp32); [] for a model whose weights are all zero (``none``)."""
+    samples = []
+    model.eval()
+    try:
+        for label, i in sample_indices(data.valid.src_words, data.valid_idx).items():
+            batch = to_device(batching.collate(data.valid, np.array([i])), device)
+            [hyp] = greedy(model, batch.src, batch.src_lens)
+            if not bool(hyp.attention.any()):
+                continue
+            samples.append(AttentionSample(
+                label, hyp.attention.float().numpy(),
+                [tokenizers.src.id_to_piece(t) for t in data.valid.src(i).tolist()],
+                [tokenizers.tgt.id_to_piece(t) for t in hyp.tokens]))
+    finally:
+        model.train()
+    return samples

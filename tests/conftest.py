@@ -72,5 +72,5 @@ def tiny_train_overrides(tiny_corpus: list[str]) -> list[str]:
         "model.emb_size=16", "model.hidden_size=16", "model.dropout=0.1",
         "train.batch_tokens=200", "train.valid_every=5", "train.log_every=2",
         "train.valid_bleu_sentences=10", "train.patience=0", "train.threads=1",
-        "train.device=cpu",
+        "train.device=cpu", "train.tensorboard=false",  # on in test_board.py only
     ]

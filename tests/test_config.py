@@ -95,6 +95,13 @@ def test_experiment_files_are_global_packages() -> None:
     ("model.dropout=1.5", "model.dropout=1.5 must be in [0, 1)"),
     ("train.teacher_forcing=0", "train.teacher_forcing=0.0 must be in (0, 1]"),
     ("train.lr_schedule=cosine", "train.lr_schedule='cosine': use constant, plateau or inverse_sqrt"),
+    ("train.lr_decay=1.5", "train.lr_decay=1.5 must be in (0, 1): the factor the plateau "
+                           "schedule multiplies the learning rate by"),
+    ("train.threads=-2", "train.threads=-2 must be >= 0 (0 = all cores)"),
+    ("train.save_every_minutes=-1", "train.save_every_minutes=-1.0 must be >= 0 (0 = at "
+                                    "validations only)"),
+    ("tokenizer.model_type=wordpiece", "tokenizer.model_type='wordpiece': use unigram, bpe, "
+                                       "char or word"),
 ])
 def test_validate_refuses_bad_values(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -104,3 +104,27 @@ def test_bad_settings_are_config_errors() -> None:
         decode(_model(), _Toks(), SOURCES, beam=0)
     with pytest.raises(ConfigError, match="max_len_ratio"):
         decode(_model(), _Toks(), SOURCES, max_len_ratio=0)
+
+
+def test_the_progress_bar_goes_to_terminals_only(capsys, monkeypatch) -> None:
+    import sys
+
+    decode(_model(), _Toks(), SOURCES, beam=2, progress=True)
+    assert capsys.readouterr().err == ""  # stderr is captured, not a terminal: no bar
+
+    class Terminal:
+        written: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.written.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    decode(_model(), _Toks(), SOURCES, beam=2, progress=True)
+    assert any("decode beam=2" in text for text in Terminal.written)

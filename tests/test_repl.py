@@ -311,3 +311,44 @@ def test_interactive_session_in_a_terminal(tmp_path: Path, tiny_train_overrides:
     assert child.exitstatus == 0, child.before
     assert (tmp_path / "a.png").stat().st_size > 0
     assert "el perro rojo ve la casa" in (tmp_path / "history").read_text()
+
+
+def _hostile_line(rng, tmp_path: Path) -> str:
+    """One random line: a command with odd arguments, random text, or a very long line."""
+    odd = ["", "5", "0", "-1", "²", "٣", "１", "99999999999999999999", "1e3", "2.5", "on", "off",
+           "ON", "x", "\x00", "a" * 300, "/nonexistent/folder/x.png", "\x00.png",
+           "b" * 5000 + ".png", str(tmp_path), str(tmp_path / "f.txt"), "~/", "nul\x00l"]
+    pieces = ["dios", "la", "tierra", " ", "\t", "\r", "\x1b[2J", "\u202e", "\ufeff", "é", "😀",
+              "\x00", "\x7f", "\ud800", ":", "::", "ñ" * 40, "<s>", "</s>", "▁", "\u200b"]
+    kind = rng.random()
+    if kind < 0.55:
+        name = rng.choice(["beam", "nbest", "save", "attn", "help", "BEAM", "Nbest", "", ":",
+                           "beam5", "sav", "attn:", "quit"])
+        args = [rng.choice(odd) for _ in range(rng.choice([0, 1, 1, 1, 2, 3]))]
+        return ":" + " ".join([name, *args]) if rng.random() < 0.9 else ":" + name + "".join(args)
+    if kind < 0.98:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+    return "la tierra " * rng.randint(2_000, 5_000)  # tens of kB: cut in bytes, then in subwords
+
+
+def test_the_prompt_survives_thousands_of_hostile_lines(translator: Translator, tmp_path,
+                                                         monkeypatch) -> None:
+    import random
+
+    monkeypatch.chdir(tmp_path)  # a relative :save lands here
+    rng = random.Random(20261201)
+    out, err = io.StringIO(), io.StringIO()
+    opts = SimpleNamespace(beam=3, nbest=1, attention=False, history_file="")
+    repl = Repl(translator, opts, out=out, err=err, width=lambda: 60)
+    for i in range(2000):
+        if i % 100 == 0:  # a :beam 64 must not make the rest of the run slow
+            repl.beam, repl.nbest = 3, 1
+        assert repl.handle(_hostile_line(rng, tmp_path)) in (True, False)
+    repl.beam, repl.nbest = 3, 1
+    for line in ("la tierra", ":beam 99999999999999999999", ":nbest ²", ":beam ٣", ":save \x00.png",
+                 f":save {tmp_path}", ":save " + "b" * 5000 + ".png"):
+        assert repl.handle(line) is True
+    assert "unexpected" not in err.getvalue()  # the catch-all in Repl.handle was never needed
+    assert "error: beam=99999999999999999999: the beam size must be between 1" in err.getvalue()
+    assert repl.beam == 3 and out.getvalue()  # refused settings changed nothing; it translated
+

@@ -354,6 +354,26 @@ def test_evaluate_compares_runs_with_paired_tests(tiny_reproduction, tmp_path) -
     assert "luong p" in (out / "table.md").read_text()
 
 
+def test_evaluate_an_ensemble_and_a_named_checkpoint(tiny_reproduction) -> None:
+    from seq2seq.evaluation import evaluate_main
+
+    arms = tiny_reproduction[0] / "arms"
+    b, lu = arms / "bahdanau", arms / "luong"
+    out = evaluate_main(evaluate_cfg(f"run=[{b},{lu}]", "split=test", "beam=2"))
+    assert out.parent == b / "eval" and out.name.startswith("test-beam2-ensemble-")
+    assert len((out / "hypotheses.txt").read_text().splitlines()) == 48
+    assert list(json.loads((out / "results.json").read_text())["systems"]) == ["bahdanau+luong"]
+    single = evaluate_main(evaluate_cfg(f"run={b}", "split=test", "beam=2"))
+    one = evaluate_main(evaluate_cfg(f"run=[{b}]", "split=test", "beam=2"))  # a list of one
+    assert one == single == b / "eval" / "test-beam2"
+    last = evaluate_main(evaluate_cfg(f"run={b / 'last.pt'}", "split=test", "beam=2"))
+    assert last == b / "eval" / "test-beam2-last"  # not written over best.pt's evaluation
+    cmp = evaluate_main(evaluate_cfg(f"runs=[[{b},{lu}],{b}]", "names=[ens,single]",
+                                     "split=test", "beam=2", f"out_dir={out.parent / 'cmp'}"))
+    paired = json.loads((cmp / "results.json").read_text())["comparison"]
+    assert paired["baseline"] == "ens" and "single" in paired["systems"]
+
+
 def test_evaluate_bad_input_is_one_clear_error(tiny_reproduction, tmp_path) -> None:
     import shutil
 
@@ -407,3 +427,13 @@ def test_paper_profile_trains_a_couple_of_steps_on_cpu(tmp_path) -> None:
     saved = OmegaConf.load(run / "config.yaml")
     assert (saved.model.emb_size, saved.model.hidden_size, saved.model.maxout) == (620, 1000, True)
     assert saved.train.max_src_words == 30 and saved.model.attention.name == "bahdanau"
+
+
+def test_a_truncated_summary_is_redone_not_a_traceback(tiny_reproduction) -> None:
+    out, overrides = tiny_reproduction
+    summary = out / "arms" / "none" / "summary.json"
+    good = json.loads(summary.read_text())
+    summary.write_text(summary.read_text()[:20])  # a file cut by a crash of an older version
+    reproduce.reproduce_main(reproduce_cfg(*overrides))
+    again = json.loads(summary.read_text())
+    assert again["steps"] == good["steps"] and again["stop_reason"] == good["stop_reason"]

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from seq2seq import checkpoint
-from seq2seq.errors import CheckpointError
+from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.runlog import read_metrics
 
 # ---------------------------------------------------------------- checkpoint files
@@ -91,13 +91,28 @@ def test_rng_state_round_trip() -> None:
 
 
 def test_resume_checkpoint_rules(tmp_path: Path) -> None:
-    assert checkpoint.resume_checkpoint(tmp_path, resume=False) is None
+    from seq2seq import runfolder
+
+    assert runfolder.resume_checkpoint(tmp_path, resume=False) is None
     with pytest.raises(CheckpointError, match="train.resume=true but"):
-        checkpoint.resume_checkpoint(tmp_path, resume=True)
+        runfolder.resume_checkpoint(tmp_path, resume=True)
+    (tmp_path / "best.pt").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="train.resume_from=best"):
+        runfolder.resume_checkpoint(tmp_path, resume=True)
+    assert runfolder.resume_checkpoint(tmp_path, True, "best") == tmp_path / "best.pt"
     (tmp_path / "last.pt").write_bytes(b"x")
-    assert checkpoint.resume_checkpoint(tmp_path, resume=True) == tmp_path / "last.pt"
-    with pytest.raises(CheckpointError, match="already holds a run"):
-        checkpoint.resume_checkpoint(tmp_path, resume=False)
+    assert runfolder.resume_checkpoint(tmp_path, resume=True) == tmp_path / "last.pt"
+    fresh = OmegaConf.create({"resume": False, "overwrite": False})
+    with pytest.raises(ConfigError, match=r"already holds a run \(last.pt, best.pt\)"):
+        runfolder.claim(tmp_path, fresh)
+    (tmp_path / ".last.pt.abc.tmp").write_bytes(b"half")
+    lock = runfolder.claim(tmp_path, OmegaConf.create({"resume": True, "overwrite": False}))
+    assert not (tmp_path / ".last.pt.abc.tmp").exists()  # a killed writer's leftover
+    with pytest.raises(ConfigError, match=f"in use by another trainer \\(pid {os.getpid()}\\)"):
+        runfolder.FolderLock(tmp_path).acquire()
+    lock.release()
+    runfolder.claim(tmp_path, OmegaConf.create({"resume": False, "overwrite": True})).release()
+    assert runfolder.run_files(tmp_path) == []  # overwrite removed the old run's files
 
 
 # ---------------------------------------------------------------- training end to end
@@ -156,7 +171,7 @@ def test_cli_trains_into_a_self_contained_run_folder(tiny_train_overrides, tmp_p
     assert isinstance(tokenizers.tgt.decode(hyp.tokens), str)
 
     # a second run into the same folder is refused unless it resumes
-    with pytest.raises(CheckpointError, match="pass train.resume=true"):
+    with pytest.raises(ConfigError, match="already holds a run .*pass train.resume=true"):
         train(tiny_train_overrides, f"run_dir={run_dir}", "model/attention=luong")
     train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=8", "model/attention=luong",
           "train.resume=true")

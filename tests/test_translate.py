@@ -175,6 +175,9 @@ def _cfg(**overrides: object) -> DictConfig:
     ({"beam": 0}, "beam=0 must be >= 1"),
     ({"max_src_tokens": -1}, "max_src_tokens=-1 must be >= 0"),
     ({"device": "tpu"}, "device='tpu': use auto, cpu or cuda"),
+    ({"beam": 65}, "beam=65 must be between 1 (greedy search) and 64"),
+    ({"alignment": "fuzzy"}, "alignment='fuzzy': use soft"),
+    ({"run": [""]}, "give a run folder, or a list of run folders"),
 ])
 def test_bad_settings_are_refused(overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -249,3 +252,27 @@ def test_corrupt_checkpoint_is_one_line_and_exit_2(run_dir: Path, tmp_path: Path
     shutil.rmtree(broken / "tokenizer")
     with pytest.raises(CheckpointError, match="tokenizer/ folder"):
         Translator.from_run(broken / "last.pt")
+
+
+def test_corrupt_or_foreign_tokenizer_is_one_line(run_dir: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "run"
+    shutil.copytree(run_dir, broken)
+    (broken / "tokenizer" / "spm_src.model").write_bytes(b"not a sentencepiece model")
+    _one_line_error(cli(f"run={broken}", stdin=b"hola\n"), "is missing or not a SentencePiece model")
+    # a valid model, but not the one the checkpoint was trained with
+    shutil.rmtree(broken)
+    shutil.copytree(run_dir, broken)
+    tok = broken / "tokenizer"
+    (tok / "spm_src.model").write_bytes((tok / "spm_tgt.model").read_bytes())
+    _one_line_error(cli(f"run={broken}", stdin=b"hola\n"), "is not the tokenizer best.pt was trained with")
+
+
+def test_os_errors_become_one_line_with_the_fix() -> None:
+    import errno
+
+    from seq2seq.cli import os_error_message
+
+    full = os_error_message(OSError(errno.ENOSPC, "No space left on device", "runs/x/last.pt"))
+    assert full.startswith("No space left on device (runs/x/last.pt): free disk space")
+    denied = os_error_message(OSError(errno.EACCES, "Permission denied", "/root/out.en"))
+    assert "choose a folder you may write to" in denied

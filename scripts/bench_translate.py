@@ -1,0 +1,75 @@
+"""File translation throughput: the batched file mode against the line-by-line filter.
+
+    .venv/bin/python scripts/bench_translate.py --run runs/reproduce_quick/arms/bahdanau \
+        --split test --beam 5 --out bench_translate.json
+
+Both modes translate the same lines of one split with the same loaded model, in the
+same process, one after the other (filter first): the filter decodes each line alone
+(:func:`seq2seq.translate.run_filter`, what a pipe gets), file mode decodes blocks in
+length-sorted token batches (:func:`seq2seq.translate_file.translate_lines`, what
+``input=``/``< file`` gets). It checks that both wrote the same translations, and
+records lines/s, the ratio, torch threads and the CPU (model and flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from seq2seq.evaluation import run_split
+from seq2seq.runtime import cpu_description
+from seq2seq.translate import Translator, run_filter
+from seq2seq.translate_file import Writers, translate_lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", required=True, help="a run folder (or a list joined by commas)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--lines", type=int, default=0, help="only the first N lines (0 = all)")
+    p.add_argument("--batch-tokens", type=int, default=2000)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
+    p.add_argument("--out", default="", help="also write the record as JSON here")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    runs = args.run.split(",")
+    _, _, split = run_split(runs[0], args.split)
+    sources = split.sources[: args.lines or None]
+    raw = "".join(s.replace("\n", " ") + "\n" for s in sources).encode()
+    translator = Translator.from_run(runs if len(runs) > 1 else runs[0])
+    record = {"run": runs, "split": args.split, "lines": len(sources), "beam": args.beam,
+              "threads": torch.get_num_threads(), "cpu": cpu_description()}
+    outputs = {}
+    for mode in ("filter", "file"):
+        out, err = io.StringIO(), io.StringIO()
+        start = time.perf_counter()
+        if mode == "filter":
+            run_filter(translator, io.BytesIO(raw), out, err, beam=args.beam)
+        else:
+            translate_lines(translator, io.BytesIO(raw), Writers(out, 1, None, False, False),
+                            err, beam=args.beam, batch_tokens=args.batch_tokens)
+        seconds = time.perf_counter() - start
+        outputs[mode] = out.getvalue().splitlines()
+        record[mode] = {"seconds": round(seconds, 1),
+                        "lines_per_s": round(len(sources) / seconds, 2)}
+        print(f"{mode}: {len(sources)} lines in {seconds:.1f} s "
+              f"({len(sources) / seconds:.2f} lines/s)", flush=True)
+    same = sum(a == b for a, b in zip(outputs["filter"], outputs["file"], strict=True))
+    record["same_output_lines"] = same
+    record["speedup"] = round(record["filter"]["seconds"] / record["file"]["seconds"], 2)
+    print(f"file mode x{record['speedup']} the filter; identical output on {same} of "
+          f"{len(sources)} lines; CPU {record['cpu']['model']} {record['cpu']['flags']}, "
+          f"{record['threads']} threads")
+    if args.out:
+        Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Set-up: everything a training run does before its first step.
+
+:func:`setup` claims the run folder (:mod:`seq2seq.runfolder`), checks the config,
+loads the corpus and the tokenizers, builds the model and the optimizer, and on a
+resume restores them (and the RNG and the loop counters) from the checkpoint after
+checking it fits: same model, data and tokenizer settings, same tokenizer files and
+corpus build. It fails in the first seconds on a bad config, a missing corpus or a
+mismatched checkpoint, before anything slow happens. The loop is :mod:`seq2seq.train`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from seq2seq import batching, distributed, precision, runfolder, runtime
+from seq2seq.checkpoint import (
+    TOKENIZER_DIR,
+    check_identity,
+    check_same_setup,
+    drop_kept,
+    load_checkpoint,
+    restore_rng_state,
+    run_identity,
+)
+from seq2seq.corpus import corpus_dir, load_corpus
+from seq2seq.errors import ConfigError
+from seq2seq.model import build_model, count_parameters
+from seq2seq.optim import build_optimizer
+from seq2seq.runlog import RunLog
+from seq2seq.runtime import resolve_device, seed_everything, set_threads
+from seq2seq.tokenizer import Tokenizers, load_or_train
+
+
+@dataclass
+class Progress:
+    """Loop counters; saved in every checkpoint so a resumed run continues exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_index: int = 0  # batches of `epoch` already trained on
+    best_score: float = -math.inf  # dev BLEU, or minus dev loss when BLEU is off
+    best_step: int = 0
+    best_bleu: float = math.nan
+    bad_validations: int = 0
+    last_valid_step: int = -1
+    elapsed_s: float = 0.0  # wall time over all restarts
+    train_s: float = 0.0  # time inside training steps only (for tokens/s)
+    tgt_tokens: int = 0
+    src_tokens: int = 0
+    stop_reason: str = ""
+    precision: str = ""  # fp32 | bf16 as resolved at the start (train.precision=auto measures)
+
+
+@dataclass
+class Run:
+    """Everything the loop works with, built once by :func:`setup`."""
+
+    cfg: DictConfig
+    log: RunLog
+    device: torch.device
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    tokenizers: Any
+    data: batching.TrainingData
+    progress: Progress = field(default_factory=Progress)
+    net: torch.nn.Module | None = None  # what train_step calls: the DDP wrapper under torchrun
+    identity: dict[str, Any] = field(default_factory=dict)  # tokenizers + corpus (checkpoint.run_identity)
+    lock: Any = None  # rank 0: the run folder's runfolder.FolderLock
+    stop: Any = None  # preempt.StopSignals while the loop runs
+    saved_at: float = field(default_factory=time.perf_counter)  # last checkpoint write (clock)
+    bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
+
+
+def check_train_config(t: DictConfig) -> None:
+    """Loop settings that :func:`seq2seq.config.validate` leaves to the loop."""
+    for key in ("valid_every", "log_every", "max_epochs"):
+        if t[key] < 1:
+            raise ConfigError(f"train.{key}={t[key]} must be a positive integer")
+    precision.check(t.precision)
+    for key in ("max_steps", "max_minutes", "patience", "warmup_steps", "clip_norm", "valid_bleu_sentences",
+                "overfit_batches", "keep_checkpoints"):
+        if t[key] < 0:
+            raise ConfigError(f"train.{key}={t[key]} must be >= 0 (0 turns it off)")
+
+
+def check_model_config(model_cfg: DictConfig) -> None:
+    """Build a throw-away tiny-vocabulary model so a bad attention name fails before data work."""
+    build_model(model_cfg, 16, 16)
+
+
+def setup(cfg: DictConfig) -> Run:
+    """Everything before the first step; fails fast on config, corpus and checkpoint problems.
+    Rank 0 holds the run folder's lock from here until :func:`train_main` ends."""
+    device = distributed.init(cfg, resolve_device(cfg.train.device))  # no-op unless distributed
+    check_train_config(cfg.train)
+    lock = runfolder.claim(cfg.run_dir, cfg.train) if distributed.is_main() else None
+    try:
+        run = _setup_claimed(cfg, device)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _setup_claimed(cfg: DictConfig, device: torch.device) -> Run:
+    t = cfg.train
+    run_dir = Path(cfg.run_dir)
+    resume_from = runfolder.resume_checkpoint(run_dir, t.resume, t.resume_from)
+    threads = set_threads(distributed.threads_per_rank(t.threads))
+    runtime.keep_freed_memory()
+    flushed = t.flush_denormals and runtime.flush_denormals()
+    check_model_config(cfg.model)
+    with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
+        corpus = load_corpus(cfg.data)
+        ckpt = load_checkpoint(resume_from) if resume_from else None
+        changed = check_same_setup(ckpt["config"], cfg) if ckpt is not None else []
+        if ckpt is not None:
+            tokenizers = Tokenizers.load(run_dir / TOKENIZER_DIR)
+        else:
+            tokenizers = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
+        identity = run_identity(cfg, tokenizers)
+        if ckpt is not None:
+            check_identity(ckpt, identity, resume_from)  # also: an averaged one cannot resume
+        data = batching.training_data(corpus, tokenizers, cfg.data.src_lang, cfg.data.tgt_lang,
+                                      cfg.train.max_src_words, cache_dir=corpus_dir(cfg.data) / "cache")
+
+    seed_everything(t.seed)
+    model = build_model(cfg.model, tokenizers.src.vocab_size, tokenizers.tgt.vocab_size).to(device)
+    optimizer, scheduler = build_optimizer(model, t)
+    resume_step = ckpt["progress"]["step"] if ckpt else None
+    log = (RunLog(run_dir, resume_step, t.tensorboard) if distributed.is_main()
+           else distributed.SilentLog(run_dir))
+    run = Run(cfg, log, device, model, optimizer, scheduler, tokenizers, data, identity=identity)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        run.progress = Progress(**{**ckpt["progress"], "stop_reason": ""})
+        per_rank = ckpt.get("rng_per_rank") or []
+        restore_rng_state(per_rank[distributed.rank()] if len(per_rank) == distributed.world_size()
+                          else ckpt["rng"])  # another number of processes: rank 0's stream
+        drop_kept(run_dir, lambda step, _: step > run.progress.step)  # a future that was lost
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", resume_from,
+                 run.progress.step, run.progress.epoch, run.progress.batch_index)
+        for change in changed:
+            log.warning("resuming with a changed setting: %s", change)
+    elif distributed.is_main():
+        tokenizers.save(run_dir / TOKENIZER_DIR)
+    write_run_info(run, threads, flushed)
+    return run
+
+
+def write_run_info(run: Run, threads: int, flushed: bool) -> None:
+    n_params = count_parameters(run.model)
+    run.log.write_config(run.cfg)
+    run.log.write_json("params.json", {"parameters": n_params, "attention": run.cfg.model.attention.name})
+    d = run.data
+    run.log.info("device %s, %d threads%s; %s attention, %d parameters", run.device, threads,
+                 ", denormals flushed" if flushed else "", run.cfg.model.attention.name, n_params)
+    if run.cfg.train.flush_denormals and not flushed:
+        run.log.warning("train.flush_denormals=true could not be applied on this CPU/build: "
+                        "training runs with denormal arithmetic (slower on x86)")
+    run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
+                 "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
+                 len(d.valid_idx))
