@@ -156,7 +156,7 @@ class TranslateConfig:
     # decodes as an ensemble (seq2seq/ensemble.py)
     run: Any = None
     beam: int = 5  # 1 = greedy search
-    nbest: int = 1  # the prompt's n-best; in file mode nbest > 1 writes the n-best TSV
+    nbest: int = 1  # the prompt's n-best; in file and filter modes nbest > 1 writes the n-best TSV
     # file mode (seq2seq/translate_file.py): read `input` (or stdin when it is a file, not a
     # pipe), decode in length-sorted batches, write `output` ("" = stdout)
     input: str = ""

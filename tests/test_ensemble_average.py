@@ -18,6 +18,7 @@ from seq2seq.config import AverageConfig
 from seq2seq.ensemble import Ensemble, load_models
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.search import beam_search, greedy
+from seq2seq.tokenizer import Tokenizers
 from seq2seq.train import train_main
 from seq2seq.translate import Translator
 
@@ -152,5 +153,11 @@ def test_ensembles_of_runs_refuse_other_tokenizers(kept_run: Path, tmp_path: Pat
     shutil.copytree(kept_run, other)
     tok = other / "tokenizer"
     (tok / "spm_tgt.model").write_bytes((tok / "spm_src.model").read_bytes())
+    with pytest.raises(CheckpointError, match="is not the tokenizer best.pt was trained with"):
+        load_models([str(other)])  # the checkpoint names its own tokenizer
+    ckpt = load_checkpoint(other / "best.pt")  # a run that was trained with that tokenizer
+    ckpt["identity"]["tokenizer"] = Tokenizers.load(tok).identity()
+    torch.save(ckpt, other / "best.pt")
+    load_models([str(other)])
     with pytest.raises(CheckpointError, match="their tokenizers differ"):
         load_models([str(kept_run), str(other)])

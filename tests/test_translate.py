@@ -84,8 +84,9 @@ def test_beam_one_is_greedy_and_nbest_gives_sorted_alternatives(translator: Tran
 def test_bad_requests_are_config_errors(translator: Translator) -> None:
     with pytest.raises(ConfigError, match="nbest must be between 1 and the beam size"):
         translator.translate(["dios"], beam=2, nbest=3)
-    with pytest.raises(ConfigError, match="beam size must be at least 1"):
-        translator.translate(["dios"], beam=0)
+    for beam in (0, 65, 10**20):
+        with pytest.raises(ConfigError, match=r"beam size must be between 1 \(greedy\) and 64"):
+            translator.translate(["dios"], beam=beam)
     with pytest.raises(TypeError, match="list of sentences"):
         translator.translate("dios")  # type: ignore[arg-type]
 
@@ -172,7 +173,7 @@ def _cfg(**overrides: object) -> DictConfig:
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"run": None}, "no model given: pass run=<run folder or checkpoint>"),
     ({"beam": 2, "nbest": 3}, "nbest=3 must be between 1 and beam=2"),
-    ({"beam": 0}, "beam=0 must be >= 1"),
+    ({"beam": 0}, "beam=0 must be between 1 (greedy search) and 64"),
     ({"max_src_tokens": -1}, "max_src_tokens=-1 must be >= 0"),
     ({"device": "tpu"}, "device='tpu': use auto, cpu or cuda"),
     ({"beam": 65}, "beam=65 must be between 1 (greedy search) and 64"),

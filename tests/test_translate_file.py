@@ -59,8 +59,9 @@ def test_nbest_tsv_parses_with_ranks_and_sorted_scores() -> None:
         assert [s for _, s, _ in hyps] == sorted((s for _, s, _ in hyps), reverse=True)
         expected = 1 if not LINES[line - 1] else 3
         assert len(hyps) == expected
-        best = t.translate([LINES[line - 1]], beam=3)[0]
-        assert hyps[0][2] == best.text and hyps[0][1] == pytest.approx(best.score, abs=1e-4)
+        alone = t.translate([LINES[line - 1]], beam=3, nbest=3)[0]
+        assert [h[2] for h in hyps] == [a.text for a in [alone, *alone.alternatives]]
+        assert hyps[0][1] == pytest.approx(alone.score, abs=1e-4)
 
 
 def test_soft_alignments_are_one_json_line_per_input_line() -> None:
@@ -163,7 +164,8 @@ def test_file_mode_end_to_end(run_dir: Path, tmp_path: Path) -> None:
     with src.open("rb") as fh:
         piped = cli(f"run={run_dir}", "beam=3", stdin=fh)
     assert piped.returncode == 0, piped.stderr.decode()
-    assert piped.stdout.decode("utf-8").split("\n") == [e.text for e in expected] + [""]
+    best = Translator.from_run(run_dir).translate(lines, beam=3)
+    assert piped.stdout.decode("utf-8").split("\n") == [e.text for e in best] + [""]
 
 
 def test_file_mode_errors_are_one_line(run_dir: Path, tmp_path: Path) -> None:
