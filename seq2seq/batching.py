@@ -11,7 +11,6 @@ batches it already trained on.
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from seq2seq.atomic import atomic_open
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError, DataError
 
@@ -138,16 +138,8 @@ def load_or_encode(
             pass
     enc = encode_pairs(dataset["translation"], tokenizers, src_lang, tgt_lang)
     if cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_file.parent, suffix=".npz.tmp")
-        try:
-            os.chmod(tmp, 0o644)  # mkstemp makes it private; a cache is shared data
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **enc.__dict__)
-            os.replace(tmp, cache_file)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_open(cache_file, "wb") as fh:
+            np.savez(fh, **enc.__dict__)
     return enc
 
 

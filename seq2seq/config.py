@@ -171,9 +171,10 @@ class TranslateConfig:
     attention: bool = False  # REPL starts with the attention heatmap shown (toggle with :attn)
     history_file: str = "~/.cache/seq2seq/translate_history"  # REPL line history; "" = none kept
     device: str = "cpu"  # cpu | cuda | auto (startup is fastest on cpu)
-    # torch intra-op threads; 0 = torch's default. One sentence at a time is small matrix
-    # work: 2 threads on a busy 2-core machine decoded 30-50x slower than 1 (measured)
-    threads: int = 1
+    # torch intra-op threads; 0 = all cores; -1 = auto: 1 for the prompt and the filter (one
+    # sentence at a time is small matrix work: 2 threads on a busy 2-core machine decoded
+    # 30-50x slower than 1), all cores for file mode (batches are big matrix work)
+    threads: int = -1
 
 
 @dataclass
@@ -354,7 +355,7 @@ def validate_translate(cfg: Any) -> None:
     _check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
     _check(cfg.max_src_tokens >= 0,
            f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
-    _check(cfg.threads >= 0, f"threads={cfg.threads} must be >= 0 (0 = torch's default)")
+    _check(cfg.threads >= -1, f"threads={cfg.threads} must be >= -1 (-1 = auto, 0 = all cores)")
     _check(cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:"),
            f"device={cfg.device!r}: use auto, cpu or cuda")
     _check(cfg.alignment in ("soft", "hard"),

@@ -241,13 +241,15 @@ def check_run_exists(run: Any) -> None:
                                   "seq2seq-train or a .pt file in it")
 
 
-def translator_from_config(cfg: Any) -> Translator:
-    """The Translator a checked TranslateConfig (seq2seq.config.validate_translate) describes."""
+def translator_from_config(cfg: Any, batched: bool = False) -> Translator:
+    """The Translator a checked TranslateConfig (seq2seq.config.validate_translate) describes;
+    ``batched``: for file mode, where ``threads=-1`` (auto) means all cores, not one."""
     check_run_exists(cfg.run)
-    if cfg.threads > 0:
+    threads = cfg.threads if cfg.threads >= 0 else (0 if batched else 1)
+    if threads > 0:
         import torch
 
-        torch.set_num_threads(cfg.threads)
+        torch.set_num_threads(threads)
     search = SearchSettings(cfg.alpha, cfg.max_len_ratio, cfg.max_len_extra)
     return Translator.from_run(cfg.run, cfg.device, cfg.max_src_tokens, search)
 
@@ -282,7 +284,7 @@ def translate_main(cfg: Any) -> None:
         return
     _utf8(sys.stdout)
     _utf8(sys.stderr)
-    translator = translator_from_config(cfg)
+    translator = translator_from_config(cfg, batched=file_mode)
     try:
         if file_mode:
             translate_file_main(cfg, translator)

@@ -277,3 +277,19 @@ def test_os_errors_become_one_line_with_the_fix() -> None:
     assert full.startswith("No space left on device (runs/x/last.pt): free disk space")
     denied = os_error_message(OSError(errno.EACCES, "Permission denied", "/root/out.en"))
     assert "choose a folder you may write to" in denied
+
+
+def test_auto_threads_are_one_for_a_pipe_and_all_cores_for_a_file(monkeypatch, tmp_path) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.setattr(Translator, "from_run", classmethod(lambda cls, *a, **k: "loaded"))
+    cfg = _cfg(run=str(tmp_path))
+    assert cfg.threads == -1  # the default: auto
+    assert translator_from_config(cfg) == "loaded" and calls == [1]
+    translator_from_config(cfg, batched=True)
+    assert calls == [1]  # file mode leaves torch's default: all cores
+    cfg.threads = 3
+    translator_from_config(cfg, batched=True)
+    assert calls == [1, 3]
+    with pytest.raises(ConfigError, match="threads=-2 must be >= -1"):
+        validate_translate(_cfg(threads=-2))

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq import atomic
 from seq2seq.corpus.pair import Pair
 from seq2seq.errors import DataError
 
@@ -84,9 +85,7 @@ def save_corpus(folder: Path, dataset: Any, manifest: dict[str, Any]) -> None:
         shutil.rmtree(final)
     os.replace(tmp, final)
     shutil.rmtree(folder / "spm", ignore_errors=True)
-    tmp_manifest = folder / f".{MANIFEST}.tmp"
-    tmp_manifest.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp_manifest, folder / MANIFEST)
+    atomic.write_json(folder / MANIFEST, manifest, indent=2, ensure_ascii=False)
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
