@@ -212,7 +212,8 @@ def prepare(run: Any) -> torch.nn.Module:
     ``run.model`` stays the bare model, which validation, decoding and checkpoints
     use. Records the effective batch in params.json and the log. Ranks other than 0
     reseed torch from ``(seed, rank, step)`` so their dropout masks differ from rank
-    0's (only rank 0's RNG state goes into checkpoints).
+    0's, unless a resume restored each rank's own RNG state from the checkpoint
+    (``run.rank_rng_restored``; older checkpoints hold rank 0's only).
     """
     record = batch_record(run.cfg.train.batch_tokens)
     params = Path(run.log.dir) / "params.json"
@@ -222,7 +223,7 @@ def prepare(run: Any) -> torch.nn.Module:
                  record["global_batch_tokens"], record["world_size"], record["rank_batch_tokens"])
     if not dist.is_initialized():
         return run.model
-    if not is_main():
+    if not is_main() and not run.rank_rng_restored:
         seed = np.random.SeedSequence([run.cfg.train.seed, rank(), run.progress.step])
         torch.manual_seed(int(seed.generate_state(1)[0]))
     device_ids = [run.device.index] if run.device.type == "cuda" else None

@@ -83,8 +83,8 @@ def load_split(data_cfg: Any, name: str) -> Split:
     if len(ds) == 0:
         raise DataError(f"split {name!r} of corpus {data_cfg.name!r} is empty: give it pairs "
                         "(data.test_per_bucket for test, data.test_long_min_words/max_words for "
-                        "test_long, "
-                        "or data.test_file for data=local) and rebuild it with seq2seq-data")
+                        "test_long, or data.test_file for data=local) and rebuild it with "
+                        "seq2seq-data")
     pairs = ds["translation"]
     return Split(name, [p[data_cfg.src_lang] for p in pairs],
                  [p[data_cfg.tgt_lang] for p in pairs], ds._fingerprint, data_cfg.tgt_lang)

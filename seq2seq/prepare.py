@@ -76,6 +76,7 @@ class Run:
     lock: Any = None  # rank 0: the run folder's runfolder.FolderLock
     stop: Any = None  # preempt.StopSignals while the loop runs
     saved_at: float = field(default_factory=time.perf_counter)  # last checkpoint write (clock)
+    rank_rng_restored: bool = False  # a resume gave this rank its own saved RNG state
     bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
 
 
@@ -147,8 +148,9 @@ def _setup_claimed(cfg: DictConfig, device: torch.device) -> Run:
         scheduler.load_state_dict(ckpt["scheduler"])
         run.progress = Progress(**{**ckpt["progress"], "stop_reason": ""})
         per_rank = ckpt.get("rng_per_rank") or []
-        restore_rng_state(per_rank[distributed.rank()] if len(per_rank) == distributed.world_size()
-                          else ckpt["rng"])  # another number of processes: rank 0's stream
+        run.rank_rng_restored = len(per_rank) == distributed.world_size()
+        # another number of processes (or an older checkpoint): rank 0's stream
+        restore_rng_state(per_rank[distributed.rank()] if run.rank_rng_restored else ckpt["rng"])
         drop_kept(run_dir, lambda step, _: step > run.progress.step)  # a future that was lost
         log.info("resumed from %s at step %d (epoch %d, batch %d)", resume_from,
                  run.progress.step, run.progress.epoch, run.progress.batch_index)

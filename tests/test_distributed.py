@@ -153,3 +153,46 @@ def test_one_process_helpers_are_no_ops() -> None:
     assert distributed.on_main(lambda: 7) == 7 and distributed.slowest(1.5) == 1.5
     assert distributed.batch_record(300) == {"world_size": 1, "global_batch_tokens": 300,
                                              "rank_batch_tokens": 300}
+
+
+@pytest.mark.slow  # ~1 min: three torchrun launches
+def test_sigterm_under_torchrun_resumes_every_rank_exactly(tiny_train_overrides, tmp_path: Path) -> None:
+    """SIGTERM to torchrun: both ranks stop at the same step and save; a resume under torchrun
+    (each rank's RNG restored) ends bit-identical to an uninterrupted 2-rank run."""
+    import signal
+    import time
+
+    noisy = [*tiny_train_overrides, "model.dropout=0.3", "train.teacher_forcing=0.7",
+             "train.batch_tokens=60", "train.log_every=1", "train.valid_every=8"]
+    script = tmp_path / "seq2seq_train.py"
+    script.write_text("from seq2seq.cli import train_main\n\ntrain_main()\n")
+    env = {k: v for k, v in os.environ.items() if k not in TORCH_ENV}
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(script), "train.distributed=true", *noisy, f"run_dir={run_dir}",
+         "train.max_steps=100000"], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        rows = read_metrics(run_dir) if (run_dir / "metrics.csv").exists() else []
+        if rows and rows[-1]["step"] and int(rows[-1]["step"]) >= 10:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert "stopped: SIGTERM at step" in err, err[-3000:]
+    ckpt = checkpoint.load_checkpoint(run_dir / "last.pt")
+    stopped = ckpt["progress"]["step"]
+    assert len(ckpt["rng_per_rank"]) == 2 and not (run_dir / "summary.json").exists()
+    end = stopped + 6
+    resumed = torchrun(tmp_path, 2, f"run_dir={run_dir}", "train.resume=true", f"train.max_steps={end}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    whole = torchrun(tmp_path, 2, *noisy, f"run_dir={tmp_path / 'whole'}", f"train.max_steps={end}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    a = checkpoint.load_checkpoint(run_dir / "last.pt")
+    b = checkpoint.load_checkpoint(tmp_path / "whole" / "last.pt")
+    assert a["progress"]["step"] == b["progress"]["step"] == end
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), name

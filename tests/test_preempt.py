@@ -160,3 +160,18 @@ def test_a_full_disk_is_one_line_and_leaves_no_temp_files(tiny_train_overrides, 
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err
     assert "free disk space (or raise the file size limit)" in lines[0]
     assert not list(run_dir.glob(".*.tmp")) and not (run_dir / "last.pt").exists()
+
+
+def test_an_empty_split_names_the_settings_that_fill_it(monkeypatch) -> None:
+    import datasets
+
+    import seq2seq.corpus
+    from seq2seq.errors import DataError
+    from seq2seq.evaluation import load_split
+
+    empty = datasets.Dataset.from_dict({"translation": []})
+    monkeypatch.setattr(seq2seq.corpus, "load_corpus", lambda cfg: {"test": empty})
+    cfg = OmegaConf.create({"name": "tiny", "src_lang": "es", "tgt_lang": "en"})
+    with pytest.raises(DataError, match=r"split 'test' of corpus 'tiny' is empty: .*"
+                                        r"data.test_per_bucket.*rebuild it with seq2seq-data"):
+        load_split(cfg, "test")
