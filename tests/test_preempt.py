@@ -175,3 +175,19 @@ def test_an_empty_split_names_the_settings_that_fill_it(monkeypatch) -> None:
     with pytest.raises(DataError, match=r"split 'test' of corpus 'tiny' is empty: .*"
                                         r"data.test_per_bucket.*rebuild it with seq2seq-data"):
         load_split(cfg, "test")
+
+
+def test_resume_refuses_another_tokenizer_corpus_build_or_an_averaged_checkpoint() -> None:
+    from seq2seq.checkpoint import check_identity
+    from seq2seq.errors import CheckpointError
+
+    now = {"tokenizer": "tok-a", "corpus": "build-1"}
+    ckpt = {"optimizer": {"state": {}}, "identity": dict(now)}
+    check_identity(ckpt, now, Path("last.pt"))
+    check_identity({"optimizer": {}, "identity": {}}, now, Path("old.pt"))  # from before identities
+    with pytest.raises(CheckpointError, match="tokenizer/ is not the one it was trained with"):
+        check_identity(ckpt, {**now, "tokenizer": "tok-b"}, Path("last.pt"))
+    with pytest.raises(CheckpointError, match="corpus was rebuilt since .build key build-1 -> build-2"):
+        check_identity(ckpt, {**now, "corpus": "build-2"}, Path("last.pt"))
+    with pytest.raises(CheckpointError, match="holds no optimizer state"):
+        check_identity({**ckpt, "optimizer": None}, now, Path("averaged.pt"))
