@@ -141,7 +141,7 @@ class _SlowOnce:
         if self.calls == 1:
             # A real SIGINT, as the terminal sends for Ctrl-C while a translation runs. The
             # REPL runs in a fresh process where SIGINT raises KeyboardInterrupt; this test
-            # shares its process with every other test, and one full-suite run (of five) saw
+            # shares its process with every other test, and one full-suite run (of seven) saw
             # the signal swallowed here, so Python's own handler is put back first, and the
             # handler found is named if the signal still goes missing.
             found = signal.getsignal(signal.SIGINT)
