@@ -206,14 +206,17 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
             if k != "resume" and old_train.get(k) != v]
 
 
-def run_identity(cfg: DictConfig, tokenizers: Any) -> dict[str, Any]:
-    """What a checkpoint only fits with: its tokenizers' identity and its corpus's build key
-    (None when the corpus folder has no manifest)."""
+def corpus_build_key(data_cfg: Any) -> str | None:
+    """The build key of the corpus ``data_cfg`` names (None when its folder has no manifest)."""
     from seq2seq.corpus import corpus_dir
     from seq2seq.corpus.store import read_manifest
 
-    manifest = read_manifest(corpus_dir(cfg.data)) or {}
-    return {"tokenizer": tokenizers.identity(), "corpus": manifest.get("build_key")}
+    return (read_manifest(corpus_dir(data_cfg)) or {}).get("build_key")
+
+
+def run_identity(cfg: DictConfig, tokenizers: Any) -> dict[str, Any]:
+    """What a checkpoint only fits with: its tokenizers' identity and its corpus's build key."""
+    return {"tokenizer": tokenizers.identity(), "corpus": corpus_build_key(cfg.data)}
 
 
 def check_identity(ckpt: dict[str, Any], identity: dict[str, Any], path: Path) -> None:

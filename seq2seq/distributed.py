@@ -140,12 +140,19 @@ def mean_over_ranks(loss: torch.Tensor) -> torch.Tensor:
     return _reduce(loss.clone(), dist.ReduceOp.SUM) / world_size()
 
 
+def _collective_device() -> torch.device:
+    """Where a small tensor for a collective must live: nccl reduces on the GPU, gloo on CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def slowest(seconds: float) -> float:
     """The largest of every rank's clock, so a time budget stops all ranks at the same step."""
     if not dist.is_initialized():
         return seconds
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    return float(_reduce(torch.tensor(seconds, dtype=torch.float64, device=device), dist.ReduceOp.MAX))
+    return float(_reduce(torch.tensor(seconds, dtype=torch.float64, device=_collective_device()),
+                         dist.ReduceOp.MAX))
 
 
 def gather_objects(obj: T) -> list[T]:
@@ -162,8 +169,7 @@ def any_rank(flag: bool) -> bool:
     of them at the same step; a collective, so every rank must call it at every step)."""
     if not dist.is_initialized():
         return flag
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    return bool(_reduce(torch.tensor(int(flag), device=device), dist.ReduceOp.MAX))
+    return bool(_reduce(torch.tensor(int(flag), device=_collective_device()), dist.ReduceOp.MAX))
 
 
 # ---------------------------------------------------------------- sharding and the loss scale

@@ -36,7 +36,13 @@ from omegaconf import DictConfig
 
 from seq2seq import apertium, atomic, report
 from seq2seq.batching import cache_key
-from seq2seq.checkpoint import BEST, config_from_checkpoint, find_checkpoint, load_checkpoint
+from seq2seq.checkpoint import (
+    BEST,
+    config_from_checkpoint,
+    corpus_build_key,
+    find_checkpoint,
+    load_checkpoint,
+)
 from seq2seq.decode import Decoded, decode
 from seq2seq.ensemble import load_models, run_list
 from seq2seq.errors import ConfigError, DataError
@@ -114,15 +120,12 @@ def run_split(run: Any, split_name: str) -> tuple[Path, DictConfig, Split]:
 
 def _warn_if_rebuilt(ckpt: dict[str, Any], cfg: DictConfig, path: Path) -> None:
     """Name a corpus rebuilt since the run trained (its split may hold other sentences)."""
-    from seq2seq.corpus import corpus_dir
-    from seq2seq.corpus.store import read_manifest
-
     saved = (ckpt.get("identity") or {}).get("corpus")
-    now = (read_manifest(corpus_dir(cfg.data)) or {}).get("build_key")
+    now = corpus_build_key(cfg.data)
     if saved and now and saved != now:
-        log.warning("%s was trained on corpus build %s, but %s is now build %s: the scores "
-                    "are on the rebuilt corpus, whose splits may differ", path, saved,
-                    corpus_dir(cfg.data), now)
+        log.warning("%s was trained on corpus build %s, but corpus %r is now build %s: the "
+                    "scores are on the rebuilt corpus, whose splits may differ", path, saved,
+                    cfg.data.name, now)
 
 
 def _identity(run: Any) -> tuple[list[Path], str]:
@@ -135,10 +138,10 @@ def eval_dir(run: Any, split_name: str, beam: int) -> Path:
     """Where one system's evaluation files go: ``<run>/eval/<split>-beam<k>`` (best.pt), with
     ``-<stem>`` for another checkpoint of the run (``-last``, ``-averaged``); an ensemble's
     in its first member's eval folder, ``<split>-beam<k>-ensemble-<key>``."""
-    paths, key = _identity(run)
+    paths = [find_checkpoint(r) for r in run_list(run)]
     folder = f"{split_name}-beam{beam}"
-    if len(paths) > 1:
-        folder += f"-ensemble-{cache_key(key)[:8]}"
+    if len(paths) > 1:  # only an ensemble's folder needs the (hashed) content key
+        folder += f"-ensemble-{cache_key(_identity(run)[1])[:8]}"
     elif not Path(run_list(run)[0]).is_dir() and paths[0].name != BEST:
         # last.pt or averaged.pt named explicitly: its own folder, next to best.pt's
         folder += f"-{paths[0].stem}"

@@ -64,6 +64,20 @@ def compose_config(overrides: list[str]):
         return compose("config", overrides=overrides)
 
 
+def train_in_process(overrides: list[str]) -> Path:
+    """`seq2seq-train overrides` run in this process; training sets its own thread count,
+    which is put back afterwards so later tests run as they would alone."""
+    import torch
+
+    from seq2seq.train import train_main
+
+    threads = torch.get_num_threads()
+    try:
+        return train_main(compose_config(overrides))
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_train_overrides(tiny_corpus: list[str]) -> list[str]:
     """A tiny model and a short, fully deterministic schedule on the tiny corpus."""

@@ -109,20 +109,10 @@ def trained_run(train_overrides: tuple[str, ...]) -> Path:
     """A run folder (best.pt, last.pt, tokenizer/) trained for a few seconds by the real
     seq2seq-train on conftest's tiny corpus (``tiny_train_overrides``); once per process,
     so test_translate and test_repl share it."""
-    from hydra import compose, initialize_config_dir
-
-    from seq2seq.cli import CONFIG_DIR
-    from seq2seq.train import train_main
+    from conftest import train_in_process
 
     root = Path(tempfile.mkdtemp(prefix="seq2seq-translate-tests-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    overrides = [*train_overrides, "model.emb_size=32", "model.hidden_size=32",
-                 "train.max_steps=150", "train.lr=0.01", "train.valid_every=75",
-                 "train.valid_bleu_sentences=0", f"run_dir={root / 'run'}"]
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
-    threads = torch.get_num_threads()
-    try:
-        return train_main(cfg)
-    finally:
-        torch.set_num_threads(threads)  # training set its own thread count
+    return train_in_process([*train_overrides, "model.emb_size=32", "model.hidden_size=32",
+                             "train.max_steps=150", "train.lr=0.01", "train.valid_every=75",
+                             "train.valid_bleu_sentences=0", f"run_dir={root / 'run'}"])

@@ -7,11 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
-from conftest import compose_config
+from conftest import train_in_process
 
 from seq2seq.board import BOARD_DIR, Board
-from seq2seq.train import train_main
 
 pytest.importorskip("tensorboard")  # a dependency; the skip only guards a broken install
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
@@ -20,13 +18,8 @@ from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E4
 
 
 def _train(overrides: list[str], run_dir: Path, *extra: str) -> Path:
-    cfg = compose_config([*overrides, "train.tensorboard=true", "train.valid_at_epoch_end=false",
-                          f"run_dir={run_dir}", *extra])
-    threads = torch.get_num_threads()
-    try:
-        return train_main(cfg)
-    finally:
-        torch.set_num_threads(threads)
+    return train_in_process([*overrides, "train.tensorboard=true",
+                             "train.valid_at_epoch_end=false", f"run_dir={run_dir}", *extra])
 
 
 def _events(run_dir: Path) -> EventAccumulator:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import compose_config
+from conftest import train_in_process
 from fixtures_translate import trained_word_translator, word_translator
 
 from seq2seq.average import average_checkpoints, average_main, average_state_dicts
@@ -19,7 +19,6 @@ from seq2seq.ensemble import Ensemble, load_models
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.search import beam_search, greedy
 from seq2seq.tokenizer import Tokenizers
-from seq2seq.train import train_main
 from seq2seq.translate import Translator
 
 SENTENCES = ["los cielos", "la tierra", "creó dios los cielos y la tierra", "dios",
@@ -85,15 +84,9 @@ def test_average_of_two_copies_is_the_checkpoint_and_of_two_models_their_mean() 
 def kept_run(tiny_train_overrides: list[str], tmp_path_factory) -> Path:
     """A tiny run that keeps its last 3 validation checkpoints (validations every 5 steps)."""
     folder = tmp_path_factory.mktemp("kept") / "run"
-    cfg = compose_config([*tiny_train_overrides, "train.max_steps=25",
-                          "train.keep_checkpoints=3", "train.tensorboard=false",
-                          "train.valid_at_epoch_end=false",
-                          f"run_dir={folder}"])
-    threads = torch.get_num_threads()
-    try:
-        return train_main(cfg)
-    finally:
-        torch.set_num_threads(threads)
+    return train_in_process([*tiny_train_overrides, "train.max_steps=25",
+                             "train.keep_checkpoints=3", "train.tensorboard=false",
+                             "train.valid_at_epoch_end=false", f"run_dir={folder}"])
 
 
 def test_keep_checkpoints_keeps_the_newest_validations(kept_run: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from test_train import run_cli
 
 from seq2seq import checkpoint
 from seq2seq.errors import ConfigError
@@ -66,9 +67,7 @@ def assert_bit_identical(a: Path, b: Path) -> None:
 
 
 def uninterrupted(overrides: list[str], run_dir: Path, steps: int) -> Path:
-    proc = subprocess.run([sys.executable, "-c", CODE, *overrides, f"run_dir={run_dir}",
-                           f"train.max_steps={steps}"], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    proc = run_cli(*overrides, f"run_dir={run_dir}", f"train.max_steps={steps}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return run_dir / "last.pt"
 
@@ -80,9 +79,7 @@ def test_sigterm_saves_resumes_from_the_folder_and_matches_an_uninterrupted_run(
     proc = start(*base, f"run_dir={run_dir}", "train.max_steps=100000")
     wait_for_step(run_dir, 13, proc)
     # a second trainer into the same folder is refused while the first holds it
-    other = subprocess.run([sys.executable, "-c", CODE, *base, f"run_dir={run_dir}",
-                            "train.resume=true"], cwd=REPO, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    other = run_cli(*base, f"run_dir={run_dir}", "train.resume=true")
     assert other.returncode == 2
     assert other.stderr.strip().splitlines() == [
         f"error: run folder {run_dir} is in use by another trainer (pid {proc.pid}): wait for "
@@ -97,10 +94,7 @@ def test_sigterm_saves_resumes_from_the_folder_and_matches_an_uninterrupted_run(
     assert not (run_dir / "summary.json").exists() and not list(run_dir.glob(".*.tmp"))
     # resume with nothing but the folder, the flag and a new budget
     end = stopped_at + 7
-    resumed = subprocess.run([sys.executable, "-c", CODE, f"run_dir={run_dir}",
-                              "train.resume=true", f"train.max_steps={end}"], cwd=REPO,
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    resumed = run_cli(f"run_dir={run_dir}", "train.resume=true", f"train.max_steps={end}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_bit_identical(run_dir / "last.pt", uninterrupted(base, tmp_path / "whole", end))
     steps = [int(r["step"]) for r in read_metrics(run_dir) if r["train_loss"]]
@@ -122,10 +116,7 @@ def test_sigkill_at_random_moments_loses_at_most_the_save_interval(
         proc.communicate()
         saved = checkpoint.load_checkpoint(run_dir / "last.pt")["progress"]["step"]
         assert saved >= seen - 2  # a save every step, so a kill loses at most the step running
-    final = subprocess.run([sys.executable, "-c", CODE, f"run_dir={run_dir}",
-                            "train.resume=true", f"train.max_steps={end}"], cwd=REPO,
-                           capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    final = run_cli(f"run_dir={run_dir}", "train.resume=true", f"train.max_steps={end}")
     assert final.returncode == 0, final.stderr[-2000:]
     assert_bit_identical(run_dir / "last.pt",
                          uninterrupted(base, tmp_path / "whole", end))
