@@ -64,8 +64,8 @@ def bleu(hyps: list[str], refs: list[str]) -> dict[str, Any]:
 
 def decode_ours(run_dir: str, bench: bench_ours.BenchData) -> dict[str, Any]:
     """Greedy and beam-5 sentences/s and BLEU of a trained run on the test subset."""
-    from seq2seq.checkpoint import load_model
-    from seq2seq.decode import decode
+    from seq2seq.inference.decode import decode
+    from seq2seq.runs.checkpoint import load_model
 
     model, tokenizers, _ = load_model(run_dir)
     out: dict[str, Any] = {"run": run_dir}

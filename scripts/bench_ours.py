@@ -26,14 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from seq2seq import batching  # noqa: E402
-from seq2seq.corpus import corpus_dir, load_corpus  # noqa: E402
-from seq2seq.decode import decode  # noqa: E402
-from seq2seq.model import build_model, count_parameters  # noqa: E402
-from seq2seq.optim import build_optimizer  # noqa: E402
+from seq2seq.corpus import (  # noqa: E402
+    batching,  # noqa: E402
+    corpus_dir,
+    load_corpus,
+)
+from seq2seq.corpus.tokenizer import Tokenizers, load_or_train  # noqa: E402
+from seq2seq.inference.decode import decode  # noqa: E402
+from seq2seq.model.fast import build_model, count_parameters  # noqa: E402
 from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
-from seq2seq.tokenizer import Tokenizers, load_or_train  # noqa: E402
-from seq2seq.train import Run, train_step  # noqa: E402
+from seq2seq.training.loop import Run, train_step  # noqa: E402
+from seq2seq.training.optim import build_optimizer  # noqa: E402
 
 ARMS = ("none", "bahdanau", "luong")
 
@@ -44,7 +47,9 @@ def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: b
     8k SentencePiece per side) with attention ``arm`` and a constant learning rate."""
     from hydra import compose, initialize_config_dir
 
-    from seq2seq.cli import CONFIG_DIR
+    from seq2seq.config import CONFIG_DIR, register_configs
+
+    register_configs()
 
     overrides = [*data_overrides, f"model/attention={arm}", f"train.batch_tokens={batch_tokens}",
                  f"train.precision={'bf16' if bf16 else 'fp32'}", "train.device=cpu", f"train.threads={threads}",
@@ -87,7 +92,7 @@ def load_bench_data(cfg: DictConfig, decode_sentences: int) -> BenchData:
 
 
 def make_run(cfg: DictConfig, bench: BenchData) -> Run:
-    """A train.py Run without a run folder: what :func:`seq2seq.train.train_step` needs."""
+    """A train.py Run without a run folder: what :func:`seq2seq.training.loop.train_step` needs."""
     seed_everything(cfg.train.seed)
     tok = bench.tokenizers
     model = build_model(cfg.model, tok.src.vocab_size, tok.tgt.vocab_size).train()
@@ -141,7 +146,7 @@ def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:
     recurrence; the output layer and loss skip them)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from seq2seq.train import autocast
+    from seq2seq.training.loop import autocast
 
     with FlopCounterMode(display=False) as counter:
         with autocast(run):
@@ -213,7 +218,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     if settings.get("decode", True):
         model, trained = run.model, settings.get("decode_runs", {}).get(arm)
         if trained:  # an untrained model's outputs run to the length cap: time a trained one
-            from seq2seq.checkpoint import load_model
+            from seq2seq.runs.checkpoint import load_model
             model = load_model(trained)[0]
         row["decode_model"] = trained or "untrained (weights after the timed training batches)"
         with ctx:  # train.precision covers training only; decoding under bf16 needs it explicitly

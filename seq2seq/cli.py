@@ -9,13 +9,13 @@ from __future__ import annotations
 import errno
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
 from seq2seq.config import (
+    CONFIG_DIR,
     register_configs,
     validate,
     validate_average,
@@ -24,7 +24,7 @@ from seq2seq.config import (
     validate_translate,
 )
 from seq2seq.errors import Seq2SeqError
-from seq2seq.preempt import Preempted
+from seq2seq.training.preempt import Preempted
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -41,7 +41,6 @@ def os_error_message(err: OSError) -> str:
         return f"{what}: choose a folder you may write to (run_dir=, out_dir=, output=)"
     return f"{what}: check the path and try again"
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 register_configs()
 
@@ -81,17 +80,17 @@ def data_main(cfg: DictConfig) -> None:
 @hydra.main(config_path=CONFIG_DIR, config_name="config", version_base="1.3")
 def train_main(cfg: DictConfig) -> None:
     """`seq2seq-train`: train one model into a run folder."""
-    from seq2seq.train import train_main as _train
+    from seq2seq.training.loop import train_main as _train
 
     run_guarded(lambda c: _train(with_folder_config(c)), sweep_run_dir(cfg))
 
 
 def with_folder_config(cfg: DictConfig) -> DictConfig:
     """A resume takes the run folder's config.yaml, with this command line's overrides on
-    top (seq2seq.runfolder.folder_config)."""
+    top (seq2seq.runs.folder.folder_config)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from seq2seq.runfolder import folder_config
+    from seq2seq.runs.folder import folder_config
 
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     return folder_config(cfg, overrides)
@@ -116,7 +115,7 @@ def sweep_run_dir(cfg: DictConfig) -> DictConfig:
 @hydra.main(config_path=CONFIG_DIR, config_name="translate", version_base="1.3")
 def translate_main(cfg: DictConfig) -> None:
     """`seq2seq-translate run=<run folder> beam=5`: a prompt on a terminal, else a filter."""
-    from seq2seq.translate import translate_main as _translate
+    from seq2seq.inference.translator import translate_main as _translate
 
     run_guarded(_translate, cfg, check=validate_translate)
 
@@ -124,7 +123,7 @@ def translate_main(cfg: DictConfig) -> None:
 @hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base="1.3")
 def evaluate_main(cfg: DictConfig) -> None:
     """`seq2seq-evaluate run=<run folder> split=test beam=5` (or runs=[a,b] to compare)."""
-    from seq2seq.evaluation import evaluate_main as _evaluate
+    from seq2seq.evaluation.command import evaluate_main as _evaluate
 
     run_guarded(_evaluate, cfg, check=validate_evaluate)
 
@@ -132,7 +131,7 @@ def evaluate_main(cfg: DictConfig) -> None:
 @hydra.main(config_path=CONFIG_DIR, config_name="reproduce", version_base="1.3")
 def reproduce_main(cfg: DictConfig) -> None:
     """`seq2seq-reproduce [profile=quick|paper]`: train the arms, evaluate, write the report."""
-    from seq2seq.reproduce import reproduce_main as _reproduce
+    from seq2seq.experiments.reproduce import reproduce_main as _reproduce
 
     run_guarded(_reproduce, cfg, check=validate_reproduce)
 
@@ -140,6 +139,6 @@ def reproduce_main(cfg: DictConfig) -> None:
 @hydra.main(config_path=CONFIG_DIR, config_name="average", version_base="1.3")
 def average_main(cfg: DictConfig) -> None:
     """`seq2seq-average run=<run folder> last=5`: average kept checkpoints into one."""
-    from seq2seq.average import average_main as _average
+    from seq2seq.runs.average import average_main as _average
 
     run_guarded(_average, cfg, check=validate_average)

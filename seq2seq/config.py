@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -17,6 +18,9 @@ from omegaconf import MISSING
 
 from seq2seq.constants import MAX_BEAM
 from seq2seq.errors import ConfigError
+
+# The YAML side of every config: configs/ beside the package (an editable install).
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 
 @dataclass
@@ -98,7 +102,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
     # auto: bf16 autocast where a probe of real training passes at start-up shows it faster
-    # (seq2seq/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
+    # (seq2seq/training/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
     precision: str = "fp32"
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86
@@ -127,12 +131,12 @@ class TrainConfig:
     resume_from: str = "last"  # with resume: last (last.pt) | best (best.pt) | a checkpoint file
     overwrite: bool = False  # a fresh run may replace another run's files in run_dir
     # also write last.pt every this many minutes between validations (0 = at validations only);
-    # SIGTERM/SIGINT/SIGUSR1 always save it at the next step boundary (seq2seq/preempt.py)
+    # SIGTERM/SIGINT/SIGUSR1 always save it at the next step boundary (seq2seq/training/preempt.py)
     save_every_minutes: float = 0.0
     distributed: bool = False  # DDP over the processes torchrun starts (README: Several processes / GPUs)
     log_every: int = 50
     overfit_batches: int = 0  # > 0: every epoch trains on the same first N batches (memorisation check)
-    # TensorBoard event files in the run folder (seq2seq/board.py): losses, lr, tokens/s,
+    # TensorBoard event files in the run folder (seq2seq/runs/tensorboard.py): losses, lr, tokens/s,
     # dev BLEU by bucket, attention images; skipped with a warning when tensorboard is missing
     tensorboard: bool = True
     # also keep the model of the last N validations in checkpoints/ (for seq2seq-average); 0 = none
@@ -153,11 +157,11 @@ class TranslateConfig:
     """
 
     # a run folder written by seq2seq-train, or a best.pt/last.pt in one; a list of them
-    # decodes as an ensemble (seq2seq/ensemble.py)
+    # decodes as an ensemble (seq2seq/inference/ensemble.py)
     run: Any = None
     beam: int = 5  # 1 = greedy search
     nbest: int = 1  # the prompt's n-best; in file and filter modes nbest > 1 writes the n-best TSV
-    # file mode (seq2seq/translate_file.py): read `input` (or stdin when it is a file, not a
+    # file mode (seq2seq/inference/translate_file.py): read `input` (or stdin when it is a file, not a
     # pipe), decode in length-sorted batches, write `output` ("" = stdout)
     input: str = ""
     output: str = ""
@@ -238,7 +242,7 @@ class ReproduceConfig:
     apertium_pair: str = "spa-eng"
     plot_split: str = "test"  # the split drawn in bleu_vs_length.png
     # several training seeds: every arm is trained once per seed (arms/<name>/seed<k>) and
-    # the report gives mean ± sd per bucket and tests pooled across seeds (seq2seq/seeds.py);
+    # the report gives mean ± sd per bucket and tests pooled across seeds (seq2seq/experiments/seeds.py);
     # [] = one run per arm with train.seed, in arms/<name>/
     seeds: list[int] = field(default_factory=list)
     # the profile's own words on what its budget can and cannot show (report's first paragraph)

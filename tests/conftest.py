@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from seq2seq.cli import CONFIG_DIR
+from seq2seq.config import CONFIG_DIR, register_configs
+
+# Hydra's ConfigStore needs the schemas before any compose() (the CLI does this on import).
+register_configs()
 
 LEXICON = {
     "el": "the", "la": "the", "perro": "dog", "gato": "cat", "casa": "house", "come": "eats",
@@ -43,7 +46,7 @@ def write_tsv(path: Path, pairs: list[tuple[str, str]]) -> Path:
 def tiny_corpus(tmp_path_factory) -> list[str]:
     """Hydra overrides that select a built tiny corpus (train 600, valid 40, test 40 pairs)."""
     from seq2seq.corpus import build_corpus
-    from seq2seq.tokenizer import load_or_train
+    from seq2seq.corpus.tokenizer import load_or_train
 
     root = tmp_path_factory.mktemp("corpus")
     files = {split: write_tsv(root / f"{split}.tsv", toy_pairs(n, seed))
@@ -69,7 +72,7 @@ def train_in_process(overrides: list[str]) -> Path:
     which is put back afterwards so later tests run as they would alone."""
     import torch
 
-    from seq2seq.train import train_main
+    from seq2seq.training.loop import train_main
 
     threads = torch.get_num_threads()
     try:

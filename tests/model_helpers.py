@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.attention import LUONG_SCORES
 from seq2seq.config import AttentionConfig
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.model.attention import LUONG_SCORES
 
 # every attention, and Luong with every score, with and without input feeding
 ATTENTION_VARIANTS = [AttentionConfig(name="none"), AttentionConfig(name="bahdanau")] + [

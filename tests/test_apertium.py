@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq import apertium
+from seq2seq.evaluation import apertium
 
 # A stand-in for the apertium script: upper-cases each paragraph (markers, already upper
 # case, come back unchanged as with the real one); a paragraph holding "glue" is merged
@@ -65,7 +65,7 @@ def test_merged_and_split_paragraphs_are_realigned(fake_apertium: Path, caplog) 
     sentences = [f"frase {i}" for i in range(9)]
     sentences[3] = "esta glue se pega"
     sentences[6] = "esta split se parte"
-    with caplog.at_level(logging.INFO, logger="seq2seq.apertium"):
+    with caplog.at_level(logging.INFO, logger="seq2seq.evaluation.apertium"):
         out = apertium.translate(sentences)
     assert out is not None and len(out) == len(sentences)
     for i in (0, 1, 2, 4, 5, 7, 8):
@@ -78,14 +78,14 @@ def test_merged_and_split_paragraphs_are_realigned(fake_apertium: Path, caplog) 
 
 def test_missing_apertium_returns_none_with_a_note(tmp_path: Path, monkeypatch, caplog) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing called apertium there
-    with caplog.at_level(logging.WARNING, logger="seq2seq.apertium"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.evaluation.apertium"):
         assert apertium.translate(["hola"]) is None
     assert "apt-get install apertium apertium-eng-spa" in caplog.text
     assert apertium.version() is None
 
 
 def test_missing_pair_returns_none(fake_apertium: Path, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="seq2seq.apertium"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.evaluation.apertium"):
         assert apertium.translate(["hola"], pair="xxx-yyy") is None
     assert "Mode xxx-yyy does not exist" in caplog.text
 

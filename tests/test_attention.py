@@ -8,15 +8,15 @@ from model_helpers import ATTENTION_VARIANTS as VARIANTS
 from model_helpers import one_thread  # noqa: F401  (autouse fixture)
 from model_helpers import variant_id as _ids
 
-from seq2seq.attention import (
+from seq2seq.config import AttentionConfig
+from seq2seq.errors import ConfigError
+from seq2seq.model.attention import (
     ATTENTIONS,
     LUONG_SCORES,
     Attention,
     AttentionMemory,
     build_attention,
 )
-from seq2seq.config import AttentionConfig
-from seq2seq.errors import ConfigError
 
 ENC, DEC = 10, 6  # a bidirectional encoder (2 x 5) feeding a smaller decoder
 
@@ -154,7 +154,7 @@ def test_memory_index_select_reorders_every_field():
 
 def test_step_scores_backward_matches_gradcheck():
     """The one-step bilinear scores' hand-written backward (attention._StepScores)."""
-    from seq2seq.attention import _StepScores
+    from seq2seq.model.attention import _StepScores
 
     gen = torch.Generator().manual_seed(0)
     keys = torch.randn(3, 5, 4, generator=gen, dtype=torch.double, requires_grad=True)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq import batching
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.corpus import batching
 
 
 class CharTokenizer:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import train_in_process
 
-from seq2seq.board import BOARD_DIR, Board
+from seq2seq.runs.tensorboard import BOARD_DIR, Board
 
 pytest.importorskip("tensorboard")  # a dependency; the skip only guards a broken install
 from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402

@@ -11,10 +11,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq.cli import CONFIG_DIR
-from seq2seq.config import validate
+from seq2seq.config import CONFIG_DIR, validate
 from seq2seq.errors import ConfigError
-from seq2seq.model import build_model, count_parameters
+from seq2seq.model.fast import build_model, count_parameters
 
 REPO = Path(__file__).resolve().parent.parent
 GROUPS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml"))

@@ -58,7 +58,7 @@ def _modules_installed() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _modules_installed(), reason="SWORD modules not installed (make install)")
 def test_real_corpus_build(tmp_path: Path) -> None:
-    from seq2seq.tokenizer import load_or_train
+    from seq2seq.corpus.tokenizer import load_or_train
 
     cfg = _cfg(tmp_path)
     folder = build_corpus(cfg)

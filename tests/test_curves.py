@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq import curves
-from seq2seq.evaluate import BUCKET_LABELS
-from seq2seq.runlog import DEV_BUCKET_FIELDS, DEV_BUCKETS
+from seq2seq.evaluation.metrics import BUCKET_LABELS
+from seq2seq.experiments import curves
+from seq2seq.runs.log import DEV_BUCKET_FIELDS, DEV_BUCKETS
 
 
 def _write_run(folder: Path, points: list[tuple[int, float, dict[str, float]]]) -> Path:

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq import checkpoint, distributed
 from seq2seq.errors import ConfigError
-from seq2seq.runlog import read_metrics
+from seq2seq.runs import checkpoint
+from seq2seq.runs.log import read_metrics
+from seq2seq.training import distributed
 
 REPO = Path(__file__).resolve().parent.parent
 # dropout 0 and full teacher forcing: no RNG draw differs between 1 and 2 processes. Batches
@@ -41,7 +42,7 @@ def train_here(overrides: list[str], *extra: str) -> Path:
     from conftest import compose_config
 
     from seq2seq.config import validate
-    from seq2seq.train import train_main
+    from seq2seq.training.loop import train_main
 
     cfg = compose_config([*overrides, *extra])
     validate(cfg)
@@ -52,9 +53,8 @@ def single_pair_steps(overrides: list[str], steps: int) -> list[int]:
     """Which of the first ``steps`` steps train on a global batch of one pair."""
     from conftest import compose_config
 
-    from seq2seq import batching
-    from seq2seq.corpus import corpus_dir, load_corpus
-    from seq2seq.tokenizer import load_or_train
+    from seq2seq.corpus import batching, corpus_dir, load_corpus
+    from seq2seq.corpus.tokenizer import load_or_train
 
     cfg = compose_config(overrides)
     tok = load_or_train(corpus_dir(cfg.data), cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)
@@ -143,7 +143,7 @@ def test_shards_cover_the_global_batch_once() -> None:
 
 
 def test_one_process_helpers_are_no_ops() -> None:
-    from seq2seq.batching import EncodedSplit, collate
+    from seq2seq.corpus.batching import EncodedSplit, collate
 
     enc = EncodedSplit(np.arange(4, 10, dtype=np.int32), np.array([0, 2, 6]),
                        np.arange(4, 7, dtype=np.int32), np.array([0, 1, 3]), np.array([2, 4]))

@@ -1,11 +1,11 @@
-"""seq2seq/dropout.py: the cheaper CPU dropout mask behaves as nn.Dropout does."""
+"""seq2seq/model/dropout.py: the cheaper CPU dropout mask behaves as nn.Dropout does."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from seq2seq.dropout import Dropout, dropout
+from seq2seq.model.dropout import Dropout, dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.2, 0.5, 0.9])

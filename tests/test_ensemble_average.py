@@ -12,14 +12,14 @@ import torch
 from conftest import train_in_process
 from fixtures_translate import trained_word_translator, word_translator
 
-from seq2seq.average import average_checkpoints, average_main, average_state_dicts
-from seq2seq.checkpoint import kept_checkpoints, load_checkpoint, load_model
 from seq2seq.config import AverageConfig
-from seq2seq.ensemble import Ensemble, load_models
+from seq2seq.corpus.tokenizer import Tokenizers
 from seq2seq.errors import CheckpointError, ConfigError
-from seq2seq.search import beam_search, greedy
-from seq2seq.tokenizer import Tokenizers
-from seq2seq.translate import Translator
+from seq2seq.inference.ensemble import Ensemble, load_models
+from seq2seq.inference.search import beam_search, greedy
+from seq2seq.inference.translator import Translator
+from seq2seq.runs.average import average_checkpoints, average_main, average_state_dicts
+from seq2seq.runs.checkpoint import kept_checkpoints, load_checkpoint, load_model
 
 SENTENCES = ["los cielos", "la tierra", "creó dios los cielos y la tierra", "dios",
              "en el principio"]

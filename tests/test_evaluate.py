@@ -10,7 +10,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.evaluate import (
+from seq2seq.evaluation.metrics import (
     BUCKET_LABELS,
     bucket_label,
     bucket_of,

@@ -21,7 +21,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, PAD_ID
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.model import build_model, count_parameters
+from seq2seq.model.fast import build_model, count_parameters
 
 V = 17
 
@@ -331,7 +331,7 @@ def test_luong_deep_output_reads_the_previous_embedding():
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
 @pytest.mark.parametrize("att", ATTENTIONS, ids=_ids)
 def test_teacher_forced_gradients_equal_step_loop(att, rnn):
-    """The loop's deferred gradients (seq2seq/deferred.py) and the fused paths give
+    """The loop's deferred gradients (seq2seq/model/deferred.py) and the fused paths give
     every parameter the gradient of the plain step loop."""
     model = _model(att, rnn, dec_layers=2).double().eval()
     src, lens, tgt_in = _batch()
@@ -389,7 +389,7 @@ def test_training_step_leaves_nothing_alive(att, backward, monkeypatch):
     import gc
     import weakref
 
-    import seq2seq.attention as attention_module
+    import seq2seq.model.attention as attention_module
 
     made = []
 

@@ -15,10 +15,10 @@ import torch
 from omegaconf import OmegaConf
 from test_train import run_cli
 
-from seq2seq import checkpoint
 from seq2seq.errors import ConfigError
-from seq2seq.runfolder import folder_config
-from seq2seq.runlog import read_metrics
+from seq2seq.runs import checkpoint
+from seq2seq.runs.folder import folder_config
+from seq2seq.runs.log import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 CODE = "from seq2seq.cli import train_main; train_main()"
@@ -158,7 +158,7 @@ def test_an_empty_split_names_the_settings_that_fill_it(monkeypatch) -> None:
 
     import seq2seq.corpus
     from seq2seq.errors import DataError
-    from seq2seq.evaluation import load_split
+    from seq2seq.evaluation.command import load_split
 
     empty = datasets.Dataset.from_dict({"translation": []})
     monkeypatch.setattr(seq2seq.corpus, "load_corpus", lambda cfg: {"test": empty})
@@ -169,8 +169,8 @@ def test_an_empty_split_names_the_settings_that_fill_it(monkeypatch) -> None:
 
 
 def test_resume_refuses_another_tokenizer_corpus_build_or_an_averaged_checkpoint() -> None:
-    from seq2seq.checkpoint import check_identity
     from seq2seq.errors import CheckpointError
+    from seq2seq.runs.checkpoint import check_identity
 
     now = {"tokenizer": "tok-a", "corpus": "build-1"}
     ckpt = {"optimizer": {"state": {}}, "identity": dict(now)}

@@ -20,9 +20,9 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from seq2seq.errors import CheckpointError, Seq2SeqError
-from seq2seq.heatmap import render_heatmap, save_heatmap, shade
-from seq2seq.repl import Repl, make_session
-from seq2seq.translate import Translator
+from seq2seq.inference.heatmap import render_heatmap, save_heatmap, shade
+from seq2seq.inference.prompt import Repl, make_session
+from seq2seq.inference.translator import Translator
 
 CTRL_C, CTRL_D = "\x03", "\x04"
 

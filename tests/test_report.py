@@ -9,14 +9,14 @@ import math
 import pytest
 
 from seq2seq.errors import DataError
-from seq2seq.evaluate import (
+from seq2seq.evaluation.metrics import (
     BUCKET_LABELS,
     paired_test,
     ratio_trend_test,
     score_buckets,
     sentence_scores,
 )
-from seq2seq.report import (
+from seq2seq.evaluation.tables import (
     CSV_FIELDS,
     diagnostics_table,
     markdown_table,

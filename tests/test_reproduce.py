@@ -11,13 +11,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from seq2seq import report, reproduce
-from seq2seq.cli import CONFIG_DIR
-from seq2seq.config import validate_reproduce
+from seq2seq.config import CONFIG_DIR, validate_reproduce
 from seq2seq.errors import ConfigError
-from seq2seq.evaluation import Split, SystemOutput, compare, score_system
-from seq2seq.reproduce_report import criteria, render_report
-from seq2seq.runlog import read_dev_buckets
+from seq2seq.evaluation import tables as report
+from seq2seq.evaluation.command import Split, SystemOutput, compare, score_system
+from seq2seq.experiments import reproduce
+from seq2seq.experiments.report import criteria, render_report
+from seq2seq.runs.log import read_dev_buckets
 
 
 def reproduce_cfg(*overrides: str):
@@ -83,10 +83,10 @@ def _fake_trainer(calls: list):
 
 
 def test_finished_arms_are_skipped_and_half_trained_arms_resume(tmp_path, monkeypatch) -> None:
-    import seq2seq.train
+    import seq2seq.training.loop
 
     calls: list = []
-    monkeypatch.setattr(seq2seq.train, "train_main", _fake_trainer(calls))
+    monkeypatch.setattr(seq2seq.training.loop, "train_main", _fake_trainer(calls))
     cfg = reproduce_cfg(f"reproduce.out_dir={tmp_path}")
     arms = reproduce.arm_configs(cfg)
     (tmp_path / "arms" / "bahdanau").mkdir(parents=True)
@@ -101,9 +101,9 @@ def test_finished_arms_are_skipped_and_half_trained_arms_resume(tmp_path, monkey
 
 
 def test_a_finished_arm_with_other_settings_is_refused(tmp_path, monkeypatch) -> None:
-    import seq2seq.train
+    import seq2seq.training.loop
 
-    monkeypatch.setattr(seq2seq.train, "train_main", _fake_trainer([]))
+    monkeypatch.setattr(seq2seq.training.loop, "train_main", _fake_trainer([]))
     cfg = reproduce_cfg(f"reproduce.out_dir={tmp_path}")
     reproduce.train_arm("none", reproduce.arm_configs(cfg)["none"])
     bigger = reproduce_cfg(f"reproduce.out_dir={tmp_path}", "model.hidden_size=300")
@@ -291,15 +291,15 @@ def test_reproduce_end_to_end_writes_the_report(tiny_reproduction) -> None:
 
 
 def test_reproduce_again_trains_and_decodes_nothing(tiny_reproduction, monkeypatch) -> None:
-    import seq2seq.decode
-    import seq2seq.evaluation
-    import seq2seq.train
+    import seq2seq.evaluation.command
+    import seq2seq.inference.decode
+    import seq2seq.training.loop
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished phase ran again")
 
-    monkeypatch.setattr(seq2seq.train, "train_main", refuse)
-    monkeypatch.setattr(seq2seq.evaluation, "decode", refuse)
+    monkeypatch.setattr(seq2seq.training.loop, "train_main", refuse)
+    monkeypatch.setattr(seq2seq.evaluation.command, "decode", refuse)
     out, overrides = tiny_reproduction
     before = json.loads((out / "results.json").read_text())
     reproduce.reproduce_main(reproduce_cfg(*overrides))
@@ -322,7 +322,7 @@ def evaluate_cfg(*overrides: str):
 
 
 def test_evaluate_one_run(tiny_reproduction, tmp_path, capsys) -> None:
-    from seq2seq.evaluation import evaluate_main
+    from seq2seq.evaluation.command import evaluate_main
 
     run = tiny_reproduction[0] / "arms" / "bahdanau"
     out = evaluate_main(evaluate_cfg(f"run={run}", "split=test", "beam=3",
@@ -340,7 +340,7 @@ def test_evaluate_one_run(tiny_reproduction, tmp_path, capsys) -> None:
 
 
 def test_evaluate_compares_runs_with_paired_tests(tiny_reproduction, tmp_path) -> None:
-    from seq2seq.evaluation import evaluate_main
+    from seq2seq.evaluation.command import evaluate_main
 
     arms = tiny_reproduction[0] / "arms"
     out = evaluate_main(evaluate_cfg(f"runs=[{arms / 'none'},{arms / 'luong'}]", "beam=2",
@@ -355,7 +355,7 @@ def test_evaluate_compares_runs_with_paired_tests(tiny_reproduction, tmp_path) -
 
 
 def test_evaluate_an_ensemble_and_a_named_checkpoint(tiny_reproduction) -> None:
-    from seq2seq.evaluation import evaluate_main
+    from seq2seq.evaluation.command import evaluate_main
 
     arms = tiny_reproduction[0] / "arms"
     b, lu = arms / "bahdanau", arms / "luong"
@@ -378,7 +378,7 @@ def test_evaluate_bad_input_is_one_clear_error(tiny_reproduction, tmp_path) -> N
     import shutil
 
     from seq2seq.errors import CheckpointError, DataError
-    from seq2seq.evaluation import evaluate_main
+    from seq2seq.evaluation.command import evaluate_main
 
     run = tiny_reproduction[0] / "arms" / "none"
     with pytest.raises(DataError, match=r"split 'tset' is not in corpus .*test_long"):
@@ -411,7 +411,7 @@ def test_evaluate_cli_prints_one_line(tmp_path) -> None:
 # ------------------------------------------------------------------- paper profile
 @pytest.mark.slow  # ~20 s: a 33M-parameter model, two checkpoints of ~400 MB
 def test_paper_profile_trains_a_couple_of_steps_on_cpu(tmp_path) -> None:
-    from seq2seq.train import train_main
+    from seq2seq.training.loop import train_main
 
     data = _write_tiny_corpus(tmp_path / "corpus", scale=0.1)  # 1-5 words: a fast step
     cfg = reproduce_cfg("profile=paper", *data, f"reproduce.out_dir={tmp_path / 'out'}",

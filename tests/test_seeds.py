@@ -10,10 +10,10 @@ import pytest
 from omegaconf import OmegaConf
 from test_reproduce import TINY_EVAL, TINY_TRAINING, _write_tiny_corpus, reproduce_cfg
 
-from seq2seq import reproduce, seeds
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.evaluate import BUCKET_LABELS
-from seq2seq.evaluation import Split, SystemOutput, compare
+from seq2seq.evaluation.command import Split, SystemOutput, compare
+from seq2seq.evaluation.metrics import BUCKET_LABELS
+from seq2seq.experiments import reproduce, seeds
 
 EV = OmegaConf.create({"n_boot": 100, "boot_seed": 3})
 
@@ -168,14 +168,14 @@ def test_reproduce_with_two_seeds(tmp_path, monkeypatch) -> None:
     assert (out / "scores_test_seed2.csv").is_file()
     assert (out / "bleu_vs_length.png").read_bytes()[:4] == b"\x89PNG"
 
-    import seq2seq.evaluation
-    import seq2seq.train
+    import seq2seq.evaluation.command
+    import seq2seq.training.loop
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished phase ran again")
 
-    monkeypatch.setattr(seq2seq.train, "train_main", refuse)
-    monkeypatch.setattr(seq2seq.evaluation, "decode", refuse)
+    monkeypatch.setattr(seq2seq.training.loop, "train_main", refuse)
+    monkeypatch.setattr(seq2seq.evaluation.command, "decode", refuse)
     reproduce.reproduce_main(reproduce_cfg(*overrides))  # resumes: nothing is redone
     again = json.loads((out / "results.json").read_text())
     assert again["splits"]["test"]["scores"] == test["scores"]

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from seq2seq.cli import CONFIG_DIR
+from seq2seq.config import CONFIG_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import seq2seq.tokenizer as tok
+import seq2seq.corpus.tokenizer as tok
 from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from seq2seq.corpus import build_corpus

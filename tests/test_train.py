@@ -15,9 +15,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq import checkpoint
 from seq2seq.errors import CheckpointError, ConfigError
-from seq2seq.runlog import read_metrics
+from seq2seq.runs import checkpoint
+from seq2seq.runs.log import read_metrics
 
 # ---------------------------------------------------------------- checkpoint files
 
@@ -91,7 +91,7 @@ def test_rng_state_round_trip() -> None:
 
 
 def test_resume_checkpoint_rules(tmp_path: Path) -> None:
-    from seq2seq import runfolder
+    from seq2seq.runs import folder as runfolder
 
     assert runfolder.resume_checkpoint(tmp_path, resume=False) is None
     with pytest.raises(CheckpointError, match="train.resume=true but"):
@@ -125,7 +125,7 @@ def train(overrides: list[str], *extra: str) -> Path:
     from conftest import compose_config
 
     from seq2seq.config import validate
-    from seq2seq.train import train_main
+    from seq2seq.training.loop import train_main
 
     cfg = compose_config([*overrides, *extra])
     validate(cfg)
@@ -161,7 +161,7 @@ def test_cli_trains_into_a_self_contained_run_folder(tiny_train_overrides, tmp_p
     params = json.loads((run_dir / "params.json").read_text())["parameters"]
 
     # the run folder alone rebuilds the model for decoding
-    from seq2seq.search import greedy
+    from seq2seq.inference.search import greedy
 
     model, tokenizers, cfg = checkpoint.load_model(run_dir)
     assert not model.training and cfg.model.attention.name == "luong"
@@ -244,7 +244,7 @@ def test_resume_errors(tiny_train_overrides, tmp_path: Path) -> None:
 
 
 def test_lr_schedules() -> None:
-    from seq2seq.optim import build_optimizer
+    from seq2seq.training.optim import build_optimizer
 
     def lrs(schedule: str, warmup: int, steps: int = 8) -> list[float]:
         t = OmegaConf.create({"lr": 1.0, "lr_schedule": schedule, "warmup_steps": warmup,

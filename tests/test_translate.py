@@ -21,10 +21,10 @@ from fixtures_translate import (
 )
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import batching
 from seq2seq.config import TranslateConfig, validate_translate
+from seq2seq.corpus import batching
 from seq2seq.errors import CheckpointError, ConfigError
-from seq2seq.translate import (
+from seq2seq.inference.translator import (
     Translator,
     decode_line,
     repair_text,

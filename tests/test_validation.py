@@ -10,9 +10,9 @@ import pytest
 import sacrebleu
 
 from seq2seq.errors import DataError
-from seq2seq.evaluate import BUCKET_LABELS, quick_bucket_scores
-from seq2seq.runlog import read_dev_buckets
-from seq2seq.validation import bleu_sample
+from seq2seq.evaluation.metrics import BUCKET_LABELS, quick_bucket_scores
+from seq2seq.runs.log import read_dev_buckets
+from seq2seq.training.validation import bleu_sample
 
 
 def _toy(n: int, seed: int) -> tuple[list[int], list[str], list[str]]:

@@ -209,7 +209,7 @@ def summary(folder: Path) -> str:
 
 def build_main(cfg: Any) -> Path:
     """`seq2seq-data`: build (or reuse) the corpus and its SentencePiece models."""
-    from seq2seq.tokenizer import load_or_train
+    from seq2seq.corpus.tokenizer import load_or_train
 
     folder = build_corpus(cfg.data)
     tokenizers = load_or_train(folder, cfg.tokenizer, cfg.data.src_lang, cfg.data.tgt_lang)

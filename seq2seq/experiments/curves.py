@@ -1,7 +1,7 @@
 """How the length effect forms during training: dev BLEU by bucket against training time.
 
 Every validation writes dev BLEU per source-length bucket into the run's
-``dev_buckets.csv`` (:mod:`seq2seq.validation`). This module reads those files for the
+``dev_buckets.csv`` (:mod:`seq2seq.training.validation`). This module reads those files for the
 arms of a reproduction and draws ``bleu_by_length_over_time.png``:
 
 - one panel per arm: a line per bucket (light = short sources, dark = long), dev BLEU
@@ -22,8 +22,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from seq2seq import atomic
-from seq2seq.evaluate import BUCKET_LABELS, LONG_GROUP
-from seq2seq.runlog import read_dev_buckets
+from seq2seq.evaluation.metrics import BUCKET_LABELS, LONG_GROUP
+from seq2seq.runs.log import read_dev_buckets
 
 SHORT_GROUP = "11-20"  # the short side of criterion 2
 Curve = dict[str, np.ndarray]  # "minutes" and one array per bucket label, same length

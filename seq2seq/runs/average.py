@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from seq2seq.checkpoint import atomic_save, kept_checkpoints, load_checkpoint
 from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.runs.checkpoint import atomic_save, kept_checkpoints, load_checkpoint
 
 log = logging.getLogger(__name__)
 AVERAGED = "averaged.pt"

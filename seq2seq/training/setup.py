@@ -1,11 +1,11 @@
 """Set-up: everything a training run does before its first step.
 
-:func:`setup` claims the run folder (:mod:`seq2seq.runfolder`), checks the config,
+:func:`setup` claims the run folder (:mod:`seq2seq.runs.folder`), checks the config,
 loads the corpus and the tokenizers, builds the model and the optimizer, and on a
 resume restores them (and the RNG and the loop counters) from the checkpoint after
 checking it fits: same model, data and tokenizer settings, same tokenizer files and
 corpus build. It fails in the first seconds on a bad config, a missing corpus or a
-mismatched checkpoint, before anything slow happens. The loop is :mod:`seq2seq.train`.
+mismatched checkpoint, before anything slow happens. The loop is :mod:`seq2seq.training.loop`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq import batching, distributed, precision, runfolder, runtime
-from seq2seq.checkpoint import (
+from seq2seq import runtime
+from seq2seq.corpus import batching, corpus_dir, load_corpus
+from seq2seq.corpus.tokenizer import Tokenizers, load_or_train
+from seq2seq.errors import ConfigError
+from seq2seq.model.fast import build_model, count_parameters
+from seq2seq.runs import folder as runfolder
+from seq2seq.runs.checkpoint import (
     TOKENIZER_DIR,
     check_identity,
     check_same_setup,
@@ -29,13 +34,10 @@ from seq2seq.checkpoint import (
     restore_rng_state,
     run_identity,
 )
-from seq2seq.corpus import corpus_dir, load_corpus
-from seq2seq.errors import ConfigError
-from seq2seq.model import build_model, count_parameters
-from seq2seq.optim import build_optimizer
-from seq2seq.runlog import RunLog
+from seq2seq.runs.log import RunLog
 from seq2seq.runtime import resolve_device, seed_everything, set_threads
-from seq2seq.tokenizer import Tokenizers, load_or_train
+from seq2seq.training import distributed, precision
+from seq2seq.training.optim import build_optimizer
 
 
 @dataclass

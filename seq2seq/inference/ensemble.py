@@ -1,7 +1,7 @@
 """Ensembles: several trained runs decoded as one model through the same search.
 
 ``Ensemble`` offers what search needs (``encode``, ``init_state``, ``step``; see
-:mod:`seq2seq.search`) and nothing else. At each output step it averages the member
+:mod:`seq2seq.inference.search`) and nothing else. At each output step it averages the member
 models' log-probabilities,
 
     log p_ens(y_t | y_<t, x) = (1/M) sum_m log p_m(y_t | y_<t, x),
@@ -93,7 +93,7 @@ def load_models(run: Any, device: str | torch.device = "cpu"
     A list of two or more becomes an :class:`Ensemble`; ``cfg`` is the first member's.
     CheckpointError, naming both runs, when a member's tokenizers differ from the first's.
     """
-    from seq2seq.checkpoint import load_model
+    from seq2seq.runs.checkpoint import load_model
 
     paths = run_list(run)
     if not paths:

@@ -34,7 +34,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from seq2seq import batching
+from seq2seq.corpus import batching
 from seq2seq.errors import ConfigError
 
 T = TypeVar("T")
@@ -240,7 +240,7 @@ def prepare(run: Any) -> torch.nn.Module:
 
 
 class SilentLog:
-    """Stands in for :class:`~seq2seq.runlog.RunLog` on ranks other than 0: writes nothing."""
+    """Stands in for :class:`~seq2seq.runs.log.RunLog` on ranks other than 0: writes nothing."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.dir = Path(run_dir)

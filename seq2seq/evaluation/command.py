@@ -17,8 +17,8 @@ GUIDE §4 for every other system. ``apertium=true`` adds the Apertium baseline.
 
 Decodings are cached in ``<run>/eval/cache/``, keyed by the checkpoint's content,
 the split's fingerprint and the search settings, so scoring again (or an interrupted
-``seq2seq-reproduce``) does not decode again. Scoring itself is :mod:`seq2seq.evaluate`;
-tables and files are :mod:`seq2seq.report`.
+``seq2seq-reproduce``) does not decode again. Scoring itself is :mod:`seq2seq.evaluation.metrics`;
+tables and files are :mod:`seq2seq.evaluation.tables`.
 """
 
 from __future__ import annotations
@@ -34,19 +34,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seq2seq import apertium, atomic, report
-from seq2seq.batching import cache_key
-from seq2seq.checkpoint import (
+from seq2seq import atomic
+from seq2seq.corpus.batching import cache_key
+from seq2seq.errors import ConfigError, DataError
+from seq2seq.evaluation import apertium
+from seq2seq.evaluation import tables as report
+from seq2seq.evaluation.metrics import paired_test, ratio_trend_test, score_buckets, sentence_scores
+from seq2seq.inference.decode import Decoded, decode
+from seq2seq.inference.ensemble import load_models, run_list
+from seq2seq.runs.checkpoint import (
     BEST,
     config_from_checkpoint,
     corpus_build_key,
     find_checkpoint,
     load_checkpoint,
 )
-from seq2seq.decode import Decoded, decode
-from seq2seq.ensemble import load_models, run_list
-from seq2seq.errors import ConfigError, DataError
-from seq2seq.evaluate import paired_test, ratio_trend_test, score_buckets, sentence_scores
 
 log = logging.getLogger(__name__)
 EVAL_DIR, CACHE_DIR = "eval", "cache"
@@ -218,7 +220,7 @@ def apertium_output(split: Split, cache_dir: Path, pair: str = "spa-eng") -> Sys
 
 # ---------------------------------------------------------------- scoring
 def score_system(split: Split, system: SystemOutput, ev: Any) -> dict[str, Any]:
-    """:func:`~seq2seq.evaluate.score_buckets` of one system on ``split``."""
+    """:func:`~seq2seq.evaluation.metrics.score_buckets` of one system on ``split``."""
     return score_buckets(split.sources, system.hypotheses, split.references, n_boot=ev.n_boot,
                          seed=ev.boot_seed, entropies=system.entropies, trg_lang=split.tgt_lang)
 

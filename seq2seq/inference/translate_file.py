@@ -2,7 +2,7 @@
 
 ``seq2seq-translate run=R input=in.es output=out.en`` (or ``< in.es`` when standard input
 is a file, not a pipe) reads the input in blocks of :data:`BLOCK_LINES` lines, decodes
-each block in length-sorted token batches (:meth:`seq2seq.translate.Translator.translate`)
+each block in length-sorted token batches (:meth:`seq2seq.inference.translator.Translator.translate`)
 and writes the results back in input order. A pipe that a person may be typing into is
 translated line by line instead, each line flushed at once: the same writers with
 blocks of one line.
@@ -12,7 +12,7 @@ What is written, per input line (line numbers count from 1):
 - ``output`` (stdout when empty), ``nbest=1``: the best translation, one line.
 - ``output`` with ``nbest=N > 1``: N tab-separated rows ``line, rank, score,
   translation`` (rank 1 = best; score = the length-normalised log-probability of
-  :mod:`seq2seq.search`). An empty input line gets one row with an empty translation.
+  :mod:`seq2seq.inference.search`). An empty input line gets one row with an empty translation.
 - ``alignments=FILE``: one JSON object per line:
   ``{"line", "source", "translation", "src_tokens", "tgt_tokens", ...}`` plus, with
   ``alignment=soft``, ``"attention"``: rows = target subwords, columns = source subwords;
@@ -122,7 +122,7 @@ def translate_lines(translator: Any, lines: Iterable[bytes], writers: Writers, e
     """Translate ``lines`` (bytes, one sentence each) block by block into ``writers``, in
     input order; warnings (invalid UTF-8, cut inputs, failures) on ``err``. Returns the
     number of lines. ``progress``: a tqdm bar updated per decoded batch, or None."""
-    from seq2seq.translate import decode_line, truncation_warning
+    from seq2seq.inference.translator import decode_line, truncation_warning
 
     n = 0
     on_batch = progress.update if progress is not None else None

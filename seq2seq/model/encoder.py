@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.constants import PAD_ID
-from seq2seq.dropout import Dropout
 from seq2seq.errors import ConfigError
+from seq2seq.model.dropout import Dropout
 
 RNN_TYPES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 

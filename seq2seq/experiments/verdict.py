@@ -4,7 +4,7 @@ A newcomer reads this before any table. It says whether attention beat the fixed
 vector, whether the bottleneck showed (criterion 2: the attention/none BLEU ratio grows
 from 11-20-word to 41+-word sources), with the effect size (ratio on 41+ divided by the
 ratio on 11-20; about 2 in Bahdanau et al.'s Figure 2) and, with several seeds, in how
-many seeds it held. Every number comes from the results dict of :mod:`seq2seq.reproduce`.
+many seeds it held. Every number comes from the results dict of :mod:`seq2seq.experiments.reproduce`.
 """
 
 from __future__ import annotations

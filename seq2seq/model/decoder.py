@@ -1,7 +1,7 @@
 """One decoder for every attention: a per-token ``step()`` and a teacher-forced forward.
 
 What differs between attentions is read from the attention's flags (see
-seq2seq/attention.py), never from its name. One step, with emb = E y_{t-1}:
+seq2seq/model/attention.py), never from its name. One step, with emb = E y_{t-1}:
 
     query_before_rnn:  c_t = att(s_{t-1});  s_t = RNN(s_{t-1}, [emb; c_t (; feed)])
     otherwise:         s_t = RNN(s_{t-1}, [emb (; feed)]);  c_t = att(s_t)
@@ -17,10 +17,10 @@ steps after the loop; when the RNN input does not depend on the RNN output (no
 input feeding, and a query-free attention or a query taken after the RNN) the RNN
 runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul. In the
 step loop, the gradients of the encoder states (and Luong's keys) are summed once after
-the loop (``Attention.loop_memory``, seq2seq/deferred.py), and in training each step
+the loop (``Attention.loop_memory``, seq2seq/model/deferred.py), and in training each step
 runs only the sentences whose target has not ended (``_packed_loop``). Training calls ``loss``:
 the output layer and the cross-entropy fused in chunks over real tokens only
-(seq2seq/loss.py), never an (N, V) logits tensor.
+(seq2seq/model/loss.py), never an (N, V) logits tensor.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, AttentionMemory
 from seq2seq.constants import PAD_ID
-from seq2seq.dropout import Dropout, dropout
-from seq2seq.encoder import rnn_class
-from seq2seq.loss import linear_cross_entropy
+from seq2seq.model.attention import Attention, AttentionMemory
+from seq2seq.model.dropout import Dropout, dropout
+from seq2seq.model.encoder import rnn_class
+from seq2seq.model.loss import linear_cross_entropy
 
 
 @dataclass
@@ -255,7 +255,7 @@ class Decoder(nn.Module):
         """Summed cross-entropy over the real tokens of tgt_out (B, T) (PAD_ID skipped).
 
         Teacher-forced, the output layer and the loss run fused in chunks
-        (seq2seq/loss.py): no (tokens, V) logits tensor is built.
+        (seq2seq/model/loss.py): no (tokens, V) logits tensor is built.
         """
         mask = tgt_out != PAD_ID
         if teacher_forcing < 1.0:

@@ -16,7 +16,7 @@ into ``reproduce.out_dir``::
 
 With ``reproduce.seeds=[1,2,3]`` every arm is trained once per seed, in
 ``arms/<name>/seed<k>/``, and each arm x seed is decoded and scored as above
-(``scores_<split>_seed<k>.csv``); :mod:`seq2seq.seeds` then aggregates them: the report,
+(``scores_<split>_seed<k>.csv``); :mod:`seq2seq.experiments.seeds` then aggregates them: the report,
 ``seeds_<split>.csv`` and the criteria use the mean ± sd over seeds per bucket and paired
 tests pooled across seeds, and the plot's bands span the seeds (min to max).
 
@@ -36,12 +36,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import atomic, curves, report
-from seq2seq import seeds as seeds_mod
-from seq2seq.checkpoint import LAST
+from seq2seq import atomic
 from seq2seq.config import BOOKKEEPING_KEYS, Config
+from seq2seq.config import CONFIG_DIR as CONFIG_DIR_NAME
 from seq2seq.errors import ConfigError
-from seq2seq.evaluation import (
+from seq2seq.evaluation import tables as report
+from seq2seq.evaluation.command import (
     Split,
     SystemOutput,
     apertium_output,
@@ -49,10 +49,13 @@ from seq2seq.evaluation import (
     decode_run,
     score_system,
 )
-from seq2seq.reproduce_report import criteria, render_report
+from seq2seq.experiments import curves
+from seq2seq.experiments import seeds as seeds_mod
+from seq2seq.experiments.report import criteria, render_report
+from seq2seq.runs.checkpoint import LAST
 
 log = logging.getLogger(__name__)
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(CONFIG_DIR_NAME)
 ARMS_DIR, APERTIUM = "arms", "apertium"
 CURVES_PNG = "bleu_by_length_over_time.png"
 PHASE_FILE = "reproduce_phase.json"  # in each arm's folder: wall time of its training phase
@@ -99,7 +102,7 @@ def arm_config(cfg: DictConfig, name: str, arm: DictConfig, seed: int | None = N
 def arm_configs(cfg: DictConfig, seed: int | None = None) -> dict[str, DictConfig]:
     """Every arm's config, checked (a model of each builds) before anything slow runs."""
     from seq2seq.config import validate
-    from seq2seq.prepare import check_model_config
+    from seq2seq.training.setup import check_model_config
 
     out = {}
     for name, arm in cfg.reproduce.arms.items():
@@ -159,7 +162,7 @@ def train_arm(name: str, arm_cfg: DictConfig) -> dict[str, Any]:
     whole training phase: set-up, steps, validations, checkpoints; summed over
     resumed invocations) and ``trained_now`` (False when it was reused).
     """
-    from seq2seq.train import train_main
+    from seq2seq.training.loop import train_main
 
     run_dir = Path(arm_cfg.run_dir)
     phase_file = run_dir / PHASE_FILE
@@ -272,7 +275,7 @@ def _command() -> str:
 
         return " ".join(["seq2seq-reproduce", *HydraConfig.get().overrides.task])
     except ValueError:  # not started by Hydra (tests, the Python API)
-        return "seq2seq.reproduce.reproduce_main(cfg)"
+        return "seq2seq.experiments.reproduce.reproduce_main(cfg)"
 
 
 # ------------------------------------------------------------------------ main
@@ -406,6 +409,6 @@ def reproduce_main(cfg: DictConfig) -> Path:
 
 
 def _apertium_version(cfg: DictConfig) -> str | None:
-    from seq2seq import apertium
+    from seq2seq.evaluation import apertium
 
     return apertium.version() if cfg.reproduce.apertium else None

@@ -1,12 +1,12 @@
 """The training loop, read top to bottom: step, validate, checkpoint, run.
 
-``train_main(cfg)`` first sets the run up (:mod:`seq2seq.prepare`: corpus, tokenizers,
+``train_main(cfg)`` first sets the run up (:mod:`seq2seq.training.setup`: corpus, tokenizers,
 model, a resumed checkpoint), so a bad config or a missing corpus fails in the first
 second. The loop state that a resumed run needs (step, epoch, batch index inside the
-epoch, best score, patience, time used) lives in :class:`~seq2seq.prepare.Progress`
+epoch, best score, patience, time used) lives in :class:`~seq2seq.training.setup.Progress`
 and goes into every checkpoint with the model, optimizer, scheduler and RNG states.
 A signal (SIGTERM, SIGINT, SIGUSR1) stops the loop at the next step boundary with a
-checkpoint (:mod:`seq2seq.preempt`).
+checkpoint (:mod:`seq2seq.training.preempt`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import batching, distributed, precision, preempt, runtime, validation
-from seq2seq.checkpoint import (
+from seq2seq import runtime
+from seq2seq.corpus import batching
+from seq2seq.errors import Seq2SeqError
+from seq2seq.runs.checkpoint import (
     BEST,
     LAST,
     atomic_save,
@@ -32,9 +34,9 @@ from seq2seq.checkpoint import (
     keep_checkpoint,
     make_checkpoint,
 )
-from seq2seq.errors import Seq2SeqError
-from seq2seq.prepare import Progress, Run, setup
-from seq2seq.runlog import Window, format_duration
+from seq2seq.runs.log import Window, format_duration
+from seq2seq.training import distributed, precision, preempt, validation
+from seq2seq.training.setup import Progress, Run, setup
 
 # ---------------------------------------------------------------- step and validation
 

@@ -16,11 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, AttentionMemory, build_attention
 from seq2seq.config import ModelConfig
-from seq2seq.decoder import Decoder, DecoderState
-from seq2seq.encoder import Encoder, rnn_class
 from seq2seq.errors import ConfigError, DataError
+from seq2seq.model.attention import Attention, AttentionMemory, build_attention
+from seq2seq.model.decoder import Decoder, DecoderState
+from seq2seq.model.encoder import Encoder, rnn_class
 
 __all__ = ["DecoderState", "Memory", "Seq2Seq", "build_model", "count_parameters"]
 

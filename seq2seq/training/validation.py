@@ -3,7 +3,7 @@
 At every validation the loop computes the dev cross-entropy over all of dev and
 translates a sample of dev (``train.valid_bleu_sentences`` pairs, spread evenly over the
 split) greedily. The translations are scored overall (the BLEU that picks ``best.pt``) and
-per source-length bucket (:func:`seq2seq.evaluate.quick_bucket_scores`), so the run folder's
+per source-length bucket (:func:`seq2seq.evaluation.metrics.quick_bucket_scores`), so the run folder's
 ``dev_buckets.csv`` shows when a model's long-sentence quality pulls away from its
 short-sentence quality during training, not only at the end.
 """
@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from seq2seq import batching
-from seq2seq.board import AttentionSample, sample_indices
-from seq2seq.evaluate import quick_bucket_scores
-from seq2seq.search import greedy
+from seq2seq.corpus import batching
+from seq2seq.evaluation.metrics import quick_bucket_scores
+from seq2seq.inference.search import greedy
+from seq2seq.runs.tensorboard import AttentionSample, sample_indices
 
 
 def to_device(batch: batching.Batch, device: torch.device) -> batching.Batch:
@@ -71,7 +71,7 @@ def dev_scores(model: torch.nn.Module, data: batching.TrainingData, tokenizers: 
     """(dev loss, bucket rows); the rows are empty when dev BLEU is off (``n_bleu == 0``).
 
     The model is in eval mode meanwhile. Rows are those of
-    :func:`~seq2seq.evaluate.quick_bucket_scores`; the last one (``all``) is the dev BLEU.
+    :func:`~seq2seq.evaluation.metrics.quick_bucket_scores`; the last one (``all``) is the dev BLEU.
     """
     model.eval()
     try:
@@ -95,7 +95,7 @@ def overall_bleu(rows: list[dict[str, Any]]) -> float:
 @torch.no_grad()
 def attention_samples(model: torch.nn.Module, data: batching.TrainingData, tokenizers: Any,
                       device: torch.device) -> list[AttentionSample]:
-    """Greedy translations of the fixed dev sentences of :func:`seq2seq.board.sample_indices`
+    """Greedy translations of the fixed dev sentences of :func:`seq2seq.runs.tensorboard.sample_indices`
     with their attention (fp32); [] for a model whose weights are all zero (``none``)."""
     samples = []
     model.eval()

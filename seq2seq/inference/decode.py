@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from seq2seq.constants import PAD_ID
 from seq2seq.errors import ConfigError
-from seq2seq.search import Hypothesis, beam_search, greedy
+from seq2seq.inference.search import Hypothesis, beam_search, greedy
 
 
 class _SrcTokenizer(Protocol):

@@ -1,21 +1,21 @@
 """Results across training seeds: mean ± standard deviation per bucket, tests pooled over seeds.
 
 ``seq2seq-reproduce reproduce.seeds=[1,2,3]`` trains every arm once per seed and scores
-each arm × seed exactly as a single run (:func:`seq2seq.evaluate.score_buckets`). This
+each arm × seed exactly as a single run (:func:`seq2seq.evaluation.metrics.score_buckets`). This
 module turns those per-seed results into one view:
 
 - :func:`aggregate_scores`: per system, scope (bucket or overall) and metric, the mean and
   the sample standard deviation (``ddof=1``; ``None`` with one seed) of the corpus scores
   of the seeds, their min and max, and each seed's score. The result has the shape of a
   ``score_buckets`` result, with ``lo``/``hi`` holding the **min and max over seeds** (not
-  a bootstrap interval), so the criteria of :mod:`seq2seq.reproduce_report` and the plot
+  a bootstrap interval), so the criteria of :mod:`seq2seq.experiments.report` and the plot
   read it unchanged; the band of ``bleu_vs_length.png`` therefore spans the seeds.
 - :func:`stack_seeds`: the pooled paired test. For seeds ``k = 1..K`` the systems'
   hypotheses are concatenated, seed after seed, into one split of ``K x n`` rows: row
   ``(k, i)`` is sentence ``i`` translated by seed ``k``'s model of every arm (Apertium,
   which has no seed, is repeated). So ``sys_seed_k`` is always paired with
   ``base_seed_k`` on the same sentence, and sacrebleu's paired bootstrap
-  (:func:`seq2seq.evaluate.paired_test`, and the ratio-trend test) runs unchanged on the
+  (:func:`seq2seq.evaluation.metrics.paired_test`, and the ratio-trend test) runs unchanged on the
   stacked sufficient statistics, resampling ``(seed, sentence)`` rows. Its point scores are
   the corpus scores of the pooled sample (close to, not equal to, the seed mean). The
   resampling treats the ``K`` copies of a sentence as independent rows; it captures the
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.evaluate import BUCKET_LABELS, METRICS
-from seq2seq.evaluation import Split, SystemOutput
+from seq2seq.evaluation.command import Split, SystemOutput
+from seq2seq.evaluation.metrics import BUCKET_LABELS, METRICS
 
 OVERALL = "all"
 SEEDS_CSV_FIELDS = (
@@ -89,7 +89,7 @@ def _aggregate_scope(scopes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def aggregate_scores(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Mean ± sd across seeds of one system's :func:`~seq2seq.evaluate.score_buckets` results.
+    """Mean ± sd across seeds of one system's :func:`~seq2seq.evaluation.metrics.score_buckets` results.
 
     Returns the ``score_buckets`` shape (``"overall"``, ``"buckets"``, ``"signatures"``,
     ``"n_boot"``, ``"seed"``) where each metric is ``{"score": mean, "sd", "lo": min,

@@ -23,8 +23,8 @@ from typing import IO, Any
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.atomic import remove_temp_files
-from seq2seq.checkpoint import BEST, KEPT_DIR, LAST, TOKENIZER_DIR
 from seq2seq.errors import CheckpointError, ConfigError
+from seq2seq.runs.checkpoint import BEST, KEPT_DIR, LAST, TOKENIZER_DIR
 
 LOCK = ".lock"
 # what a training run writes; Hydra's .hydra/ and log files are not a run's

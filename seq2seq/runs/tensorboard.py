@@ -109,7 +109,7 @@ def attention_figure(sample: AttentionSample) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from seq2seq.heatmap import display_piece
+    from seq2seq.inference.heatmap import display_piece
 
     rows, cols = sample.weights.shape
     fig, ax = plt.subplots(figsize=(min(2 + 0.3 * cols, 20), min(1.5 + 0.25 * rows, 20)))

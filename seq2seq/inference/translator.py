@@ -1,16 +1,16 @@
 """Translate sentences with a trained run: the Python API and the `seq2seq-translate` app.
 
-    from seq2seq.translate import Translator
+    from seq2seq.inference.translator import Translator
     t = Translator.from_run("runs/short_bahdanau")      # a run folder or a .pt in one
     [r] = t.translate(["En el principio creó Dios los cielos y la tierra."], beam=5)
     r.text, r.src_tokens, r.tgt_tokens, r.score, r.attention  # (len(tgt), len(src))
 
 `seq2seq-translate run=<run folder or checkpoint> [beam=5]` opens the interactive prompt
-(:mod:`seq2seq.repl`) when standard input is a terminal. With ``input=FILE``, or when
-standard input is a file, it translates in batches (:mod:`seq2seq.translate_file`, also
+(:mod:`seq2seq.inference.prompt`) when standard input is a terminal. With ``input=FILE``, or when
+standard input is a file, it translates in batches (:mod:`seq2seq.inference.translate_file`, also
 n-best lists and alignments); from a pipe it is a filter: one output line per input
 line, in order, flushed per line, warnings on stderr only. ``run=[a,b,c]`` decodes
-with an ensemble of the runs (:mod:`seq2seq.ensemble`).
+with an ensemble of the runs (:mod:`seq2seq.inference.ensemble`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Translation:
 
     text: the detokenized best hypothesis ("" for an empty source).
     src_tokens / tgt_tokens: the subwords the model read / wrote (no BOS/EOS).
-    score: length-normalised log-probability (see seq2seq.search).
+    score: length-normalised log-probability (see seq2seq.inference.search).
     attention: (len(tgt_tokens), len(src_tokens)) float32, row t = the weights over the
         source when writing target subword t (all zero for model.attention.name=none).
     truncated: the source was cut to the model's maximum length before translating.
@@ -61,7 +61,7 @@ class Translation:
 
 @dataclass
 class SearchSettings:
-    """How an output is searched; see seq2seq.search for the meaning of each."""
+    """How an output is searched; see seq2seq.inference.search for the meaning of each."""
 
     alpha: float = 0.6
     max_len_ratio: float = 2.0
@@ -93,7 +93,7 @@ class Translator:
     def from_run(cls, path: str | Path | Sequence[str], device: str = "cpu", max_src_tokens: int = 0,
                  search: SearchSettings | None = None) -> Translator:
         """Load ``best.pt`` (else ``last.pt``) of a run folder, or a checkpoint file; a list
-        of them is an ensemble (:func:`seq2seq.ensemble.load_models`).
+        of them is an ensemble (:func:`seq2seq.inference.ensemble.load_models`).
 
         ``max_src_tokens=0`` caps inputs at 4 subwords per word of the run's
         ``train.max_src_words``. CheckpointError if the run is missing or corrupt.
@@ -102,7 +102,7 @@ class Translator:
         """
         import torch
 
-        from seq2seq.ensemble import load_models
+        from seq2seq.inference.ensemble import load_models
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -119,7 +119,7 @@ class Translator:
 
     def encode(self, sentence: str) -> tuple[list[int], list[str], bool]:
         """Source ids and subwords as training saw them (no BOS/EOS, as
-        seq2seq.batching.encode_pairs), cut to ``max_src_tokens``; and whether cut."""
+        seq2seq.corpus.batching.encode_pairs), cut to ``max_src_tokens``; and whether cut."""
         sentence, _ = repair_text(sentence)
         raw = sentence.encode("utf-8")
         too_long = len(raw) > MAX_INPUT_BYTES
@@ -142,7 +142,7 @@ class Translator:
         depend on its companions. An empty (or all-space) sentence gives ``text=""``.
         ``on_batch(n)`` is called after each batch of ``n`` sentences (a progress bar).
         """
-        from seq2seq.decode import length_sorted_batches
+        from seq2seq.inference.decode import length_sorted_batches
 
         check_request(beam, nbest)
         if isinstance(sentences, str):
@@ -166,7 +166,7 @@ class Translator:
         from torch.nn.utils.rnn import pad_sequence
 
         from seq2seq.constants import PAD_ID
-        from seq2seq.search import beam_search
+        from seq2seq.inference.search import beam_search
 
         src = pad_sequence([torch.tensor(ids, dtype=torch.long) for ids in batch],
                            batch_first=True, padding_value=PAD_ID)  # (B, S)
@@ -221,9 +221,9 @@ def run_filter(translator: Translator, lines: IO[bytes], out: IO[str], err: IO[s
                beam: int = 5, nbest: int = 1, align: IO[str] | None = None,
                hard: bool = False) -> int:
     """Translate ``lines`` one by one: one line on ``out`` per input line (or its n-best
-    rows, :mod:`seq2seq.translate_file`), flushed at once so a pipe partner sees it;
+    rows, :mod:`seq2seq.inference.translate_file`), flushed at once so a pipe partner sees it;
     warnings on ``err``. Returns the number of lines."""
-    from seq2seq.translate_file import Writers, translate_lines
+    from seq2seq.inference.translate_file import Writers, translate_lines
 
     writers = Writers(out, nbest, align, hard, flush=True)
     return translate_lines(translator, lines, writers, err, beam, nbest, block_lines=1)
@@ -232,7 +232,7 @@ def run_filter(translator: Translator, lines: IO[bytes], out: IO[str], err: IO[s
 def check_run_exists(run: Any) -> None:
     """Fail on a mistyped run path (or any member's, for an ensemble) at once, before the
     slow torch import."""
-    from seq2seq.ensemble import run_list
+    from seq2seq.inference.ensemble import run_list
 
     for member in run_list(run):
         path = Path(member).expanduser()
@@ -260,7 +260,7 @@ def run_interactive(cfg: Any) -> None:
     for the load, and a failed load ends the session with its one-line error."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from seq2seq.repl import Repl
+    from seq2seq.inference.prompt import Repl
 
     check_run_exists(cfg.run)  # the common typo fails before the prompt, not after it
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-model") as pool:
@@ -276,7 +276,7 @@ def _utf8(stream: Any) -> None:
 def translate_main(cfg: Any) -> None:
     """`seq2seq-translate`: the prompt on a terminal, batched file translation for
     ``input=``/``output=``/``alignments=`` or a file on stdin, else a line filter."""
-    from seq2seq.translate_file import stdin_is_file, translate_file_main
+    from seq2seq.inference.translate_file import stdin_is_file, translate_file_main
 
     file_mode = bool(cfg.input or cfg.output or cfg.alignments) or stdin_is_file()
     if sys.stdin.isatty() and not file_mode:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from seq2seq.errors import Seq2SeqError
-from seq2seq.heatmap import render_heatmap, save_heatmap
-from seq2seq.translate import (
+from seq2seq.inference.heatmap import render_heatmap, save_heatmap
+from seq2seq.inference.translator import (
     Translation,
     Translator,
     check_request,

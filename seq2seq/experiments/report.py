@@ -1,10 +1,10 @@
-"""The reproduction's verdicts and ``report.md``, from the results dict of :mod:`seq2seq.reproduce`.
+"""The reproduction's verdicts and ``report.md``, from the results dict of :mod:`seq2seq.experiments.reproduce`.
 
 ``results`` holds ``arms`` (name -> training summary + ``parameters`` + ``spec``),
 ``splits`` (split -> ``{"count", "scores": {system: score_buckets result},
 "comparisons": {baseline: paired_test result}, "trends": {baseline: {arm: trend}}}``),
 ``apertium`` (its version or None), ``timings``, ``config`` and ``command``.
-With several seeds (``results["seeds"]``), ``splits`` holds the :mod:`seq2seq.seeds`
+With several seeds (``results["seeds"]``), ``splits`` holds the :mod:`seq2seq.experiments.seeds`
 aggregate (scores are seed means with ``sd``, ``lo``/``hi`` the min/max over seeds;
 comparisons and trends pooled over seeds), ``per_seed`` each seed's own ``splits``, and
 each arm has ``per_seed`` summaries; the criteria are then judged on the seed means.
@@ -17,9 +17,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from seq2seq import report
-from seq2seq.evaluate import BUCKET_LABELS
-from seq2seq.verdict import ALPHA, attention_arms, per_seed_table, trend_passes, verdict_paragraph
+from seq2seq.evaluation import tables as report
+from seq2seq.evaluation.metrics import BUCKET_LABELS
+from seq2seq.experiments.verdict import (
+    ALPHA,
+    attention_arms,
+    per_seed_table,
+    trend_passes,
+    verdict_paragraph,
+)
 
 APERTIUM = "apertium"
 MIN_RELATIVE_GAIN = 0.30  # GUIDE §4 criterion 1

@@ -1,9 +1,9 @@
-"""Reports from :mod:`seq2seq.evaluate` results: JSON/CSV files, markdown tables, the plot.
+"""Reports from :mod:`seq2seq.evaluation.metrics` results: JSON/CSV files, markdown tables, the plot.
 
 Inputs are the plain dicts that evaluate returns: ``scores_by_system`` maps a system name
-to a :func:`~seq2seq.evaluate.score_buckets` result, ``comparison`` is a
-:func:`~seq2seq.evaluate.paired_test` result and ``trend`` a
-:func:`~seq2seq.evaluate.ratio_trend_test` result. Nothing here computes a score.
+to a :func:`~seq2seq.evaluation.metrics.score_buckets` result, ``comparison`` is a
+:func:`~seq2seq.evaluation.metrics.paired_test` result and ``trend`` a
+:func:`~seq2seq.evaluation.metrics.ratio_trend_test` result. Nothing here computes a score.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from seq2seq import atomic
 from seq2seq.errors import DataError
-from seq2seq.evaluate import BUCKET_LABELS, METRICS
+from seq2seq.evaluation.metrics import BUCKET_LABELS, METRICS
 
 OVERALL = "all"
 CSV_FIELDS = (
@@ -125,7 +125,7 @@ def write_results(
 
 
 def write_sentence_scores(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Write :func:`~seq2seq.evaluate.sentence_scores` rows as CSV; returns the path."""
+    """Write :func:`~seq2seq.evaluation.metrics.sentence_scores` rows as CSV; returns the path."""
     if not rows:
         raise DataError("no sentence scores to write; score a non-empty split first")
     path = Path(path)
@@ -247,7 +247,7 @@ def plot_bleu_vs_length(
     band: str = "95% bootstrap CI",
 ) -> Path:
     """PNG of ``metric`` per source-length bucket: one line per system, a shaded band from
-    each bucket's ``lo`` to ``hi`` (a 95% CI; :mod:`seq2seq.seeds` results hold the min and
+    each bucket's ``lo`` to ``hi`` (a 95% CI; :mod:`seq2seq.experiments.seeds` results hold the min and
     max over seeds there, with ``band`` saying so in the title), bucket counts under the x
     labels; empty buckets leave a gap. Returns the path."""
     if metric not in METRICS:

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from seq2seq.deferred import DeferredGrad, deferring
 from seq2seq.errors import ConfigError
+from seq2seq.model.deferred import DeferredGrad, deferring
 
 
 @dataclass
@@ -196,7 +196,7 @@ class Attention(nn.Module):
         """The memory for a teacher-forced loop of ``steps`` one-step calls.
 
         Same values, but the gradient of the encoder states the context averages is
-        formed once for all steps (seq2seq/deferred.py); unchanged without grad mode.
+        formed once for all steps (seq2seq/model/deferred.py); unchanged without grad mode.
         """
         if not deferring(memory.values):
             return memory

@@ -8,7 +8,7 @@ Layout of ``run_dir`` (the training loop adds ``best.pt``, ``last.pt`` and ``tok
     train.log      everything the loop logged
     params.json    parameter counts
     summary.json   written when training ends
-    tensorboard/   the same numbers and attention images as TensorBoard events (seq2seq.board)
+    tensorboard/   the same numbers and attention images as TensorBoard events (seq2seq.runs.tensorboard)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from seq2seq import atomic
-from seq2seq.board import AttentionSample, Board
+from seq2seq.runs.tensorboard import AttentionSample, Board
 
 METRIC_FIELDS = (
     "step", "epoch", "train_loss", "lr", "tgt_tok_per_s", "src_tok_per_s",
@@ -32,7 +32,7 @@ METRIC_FIELDS = (
 )
 DEV_BUCKET_FIELDS = ("step", "epoch", "elapsed_s", "bucket", "count", "bleu", "chrf", "length_ratio")
 DEV_BUCKETS = "dev_buckets.csv"
-LOGGER_NAME = "seq2seq.train"
+LOGGER_NAME = "seq2seq.training.loop"
 
 
 class RunLog:
@@ -101,7 +101,7 @@ class RunLog:
         return self.board.enabled
 
     def attention(self, step: int, samples: list[AttentionSample]) -> None:
-        """Attention images of the fixed dev sentences (seq2seq.validation.attention_samples)."""
+        """Attention images of the fixed dev sentences (seq2seq.training.validation.attention_samples)."""
         self.board.attention(step, samples)
 
     def progress(self, total: int | None, initial: int) -> tqdm:

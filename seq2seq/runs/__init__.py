@@ -1,0 +1,1 @@
+"""A run on disk: the run folder, its checkpoints, logs, TensorBoard events and averaging."""

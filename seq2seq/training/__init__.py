@@ -1,0 +1,1 @@
+"""Training: set-up, the loop, validation on dev, optimizers, precision, torchrun, signals."""
