@@ -6,7 +6,7 @@
 Both modes translate the same lines of one split with the same loaded model, in the
 same process, one after the other (filter first), each with the thread count that
 `seq2seq-translate`'s default (``threads=-1``, auto) gives it: the filter decodes each
-line alone on 1 thread (:func:`seq2seq.inference.translator.run_filter`, what a pipe gets), file
+line alone on 1 thread (:func:`seq2seq.inference.command.run_filter`, what a pipe gets), file
 mode decodes blocks in length-sorted token batches on all cores
 (:func:`seq2seq.inference.translate_file.translate_lines`, what ``input=``/``< file`` gets). It
 checks that both wrote the same translations, and records lines/s, the ratio, the
@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 
 from seq2seq.evaluation.command import run_split
+from seq2seq.inference.command import run_filter
 from seq2seq.inference.translate_file import Writers, translate_lines
-from seq2seq.inference.translator import Translator, run_filter
+from seq2seq.inference.translator import Translator
 from seq2seq.runtime import cpu_description
 
 

@@ -115,7 +115,7 @@ def sweep_run_dir(cfg: DictConfig) -> DictConfig:
 @hydra.main(config_path=CONFIG_DIR, config_name="translate", version_base="1.3")
 def translate_main(cfg: DictConfig) -> None:
     """`seq2seq-translate run=<run folder> beam=5`: a prompt on a terminal, else a filter."""
-    from seq2seq.inference.translator import translate_main as _translate
+    from seq2seq.inference.command import translate_main as _translate
 
     run_guarded(_translate, cfg, check=validate_translate)
 

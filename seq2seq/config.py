@@ -305,22 +305,20 @@ def validate(cfg: Any) -> None:
     _check(t.max_src_words > 0, f"train.max_src_words={t.max_src_words} must be positive")
     _check(t.lr_schedule in ("constant", "plateau", "inverse_sqrt"),
            f"train.lr_schedule={t.lr_schedule!r}: use constant, plateau or inverse_sqrt")
-    _check(t.device in ("auto", "cpu", "cuda") or t.device.startswith("cuda:"),
-           f"train.device={t.device!r}: use auto, cpu or cuda")
+    check_device(t.device, "train.device")
     _check(d.max_len_ratio >= 1.0, f"data.max_len_ratio={d.max_len_ratio} must be >= 1")
     _check(0 < d.min_words <= d.max_words, "data.min_words must be positive and <= data.max_words")
 
 
 def validate_eval(ev: Any) -> None:
     """Range checks of the decoding and scoring settings (EvalConfig)."""
-    _check(ev.beam >= 1, f"beam={ev.beam} must be >= 1 (1 = greedy search)")
+    check_beam(ev.beam)
     _check(ev.alpha >= 0, f"alpha={ev.alpha} must be >= 0 (0 = no length penalty)")
     _check(ev.max_len_ratio > 0, f"max_len_ratio={ev.max_len_ratio} must be positive")
     _check(ev.max_len_extra >= 0, f"max_len_extra={ev.max_len_extra} must be >= 0")
     _check(ev.batch_tokens > 0, f"batch_tokens={ev.batch_tokens} must be positive")
     _check(ev.n_boot >= 1, f"n_boot={ev.n_boot} must be >= 1 (1000 is the default)")
-    _check(ev.device in ("auto", "cpu", "cuda") or ev.device.startswith("cuda:"),
-           f"device={ev.device!r}: use auto, cpu or cuda")
+    check_device(ev.device)
 
 
 def validate_evaluate(cfg: Any) -> None:
@@ -351,21 +349,34 @@ def validate_translate(cfg: Any) -> None:
     """`seq2seq-translate`: a run to load and valid decoding settings (TranslateConfig)."""
     _check(bool(cfg.run), "no model given: pass run=<run folder or checkpoint>, e.g. "
            "seq2seq-translate run=runs/short_bahdanau")
-    _check(1 <= cfg.beam <= MAX_BEAM,
-           f"beam={cfg.beam} must be between 1 (greedy search) and {MAX_BEAM}")
-    _check(1 <= cfg.nbest <= cfg.beam, f"nbest={cfg.nbest} must be between 1 and beam={cfg.beam}")
+    check_beam(cfg.beam, cfg.nbest)
     _check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
     _check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
     _check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
     _check(cfg.max_src_tokens >= 0,
            f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
     _check(cfg.threads >= -1, f"threads={cfg.threads} must be >= -1 (-1 = auto, 0 = all cores)")
-    _check(cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:"),
-           f"device={cfg.device!r}: use auto, cpu or cuda")
+    check_device(cfg.device)
     _check(cfg.alignment in ("soft", "hard"),
            f"alignment={cfg.alignment!r}: use soft (attention matrices) or hard (Pharaoh pairs)")
     _check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
     check_run_value(cfg.run)
+
+
+def check_device(name: str, key: str = "device") -> None:
+    """A device setting names auto, cpu, cuda or cuda:N (seq2seq.runtime.resolve_device
+    turns it into a torch device)."""
+    _check(name in ("auto", "cpu", "cuda") or name.startswith("cuda:"),
+           f"{key}={name!r}: use auto, cpu or cuda")
+
+
+def check_beam(beam: int, nbest: int = 1) -> None:
+    """The one beam/nbest check of every command, the prompt and the Python API:
+    ConfigError unless 1 <= nbest <= beam <= MAX_BEAM (beam 1 is greedy search)."""
+    _check(1 <= beam <= MAX_BEAM, f"beam={beam}: the beam size must be between 1 (greedy) "
+           f"and {MAX_BEAM}")
+    _check(1 <= nbest <= beam, f"nbest={nbest} with beam={beam}: nbest must be between 1 and "
+           "the beam size; raise the beam or lower nbest")
 
 
 def check_run_value(run: Any) -> None:

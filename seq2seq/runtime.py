@@ -22,7 +22,8 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name} but no CUDA device is visible: use train.device=auto or cpu")
+        raise ConfigError(f"device {name!r} asked for, but no CUDA device is visible: "
+                          "set the device to auto or cpu")
     return torch.device(name)
 
 

@@ -24,13 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.config import TranslateConfig, validate_translate
 from seq2seq.corpus import batching
 from seq2seq.errors import CheckpointError, ConfigError
-from seq2seq.inference.translator import (
-    Translator,
-    decode_line,
-    repair_text,
-    run_filter,
-    translator_from_config,
-)
+from seq2seq.inference.command import run_filter, translator_from_config
+from seq2seq.inference.translator import Translator, decode_line, repair_text
 
 
 @pytest.fixture(scope="module")
@@ -172,11 +167,11 @@ def _cfg(**overrides: object) -> DictConfig:
 
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"run": None}, "no model given: pass run=<run folder or checkpoint>"),
-    ({"beam": 2, "nbest": 3}, "nbest=3 must be between 1 and beam=2"),
-    ({"beam": 0}, "beam=0 must be between 1 (greedy search) and 64"),
+    ({"beam": 2, "nbest": 3}, "nbest=3 with beam=2: nbest must be between 1 and the beam size"),
+    ({"beam": 0}, "beam=0: the beam size must be between 1 (greedy) and 64"),
     ({"max_src_tokens": -1}, "max_src_tokens=-1 must be >= 0"),
     ({"device": "tpu"}, "device='tpu': use auto, cpu or cuda"),
-    ({"beam": 65}, "beam=65 must be between 1 (greedy search) and 64"),
+    ({"beam": 65}, "beam=65: the beam size must be between 1 (greedy) and 64"),
     ({"alignment": "fuzzy"}, "alignment='fuzzy': use soft"),
     ({"run": [""]}, "give a run folder, or a list of run folders"),
 ])
@@ -241,7 +236,7 @@ def _one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
 def test_missing_run_is_one_line_and_exit_2(tmp_path: Path) -> None:
     _one_line_error(cli(f"run={tmp_path}/nope", stdin=b"hola\n"), "does not exist")
     _one_line_error(cli(stdin=b"hola\n"), "no model given: pass run=")
-    _one_line_error(cli(f"run={tmp_path}", "beam=2", "nbest=3"), "nbest=3 must be between")
+    _one_line_error(cli(f"run={tmp_path}", "beam=2", "nbest=3"), "nbest=3 with beam=2: nbest must be between")
 
 
 def test_corrupt_checkpoint_is_one_line_and_exit_2(run_dir: Path, tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from fixtures_translate import trained_run, trained_word_translator, word_translator
 
+from seq2seq.inference.command import run_filter
 from seq2seq.inference.translate_file import Writers, hard_alignment, translate_lines
-from seq2seq.inference.translator import Translator, run_filter
+from seq2seq.inference.translator import Translator
 
 LINES = ["los cielos", "", "la tierra", "dios", "creó dios los cielos y la tierra",
          "en el principio", "y la tierra y los cielos", "dios"]

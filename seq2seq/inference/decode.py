@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,9 +21,10 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from seq2seq.config import check_beam
 from seq2seq.constants import PAD_ID
 from seq2seq.errors import ConfigError
-from seq2seq.inference.search import Hypothesis, beam_search, greedy
+from seq2seq.inference.search import Hypothesis, SearchSettings, beam_search, greedy
 
 
 class _SrcTokenizer(Protocol):
@@ -111,12 +112,35 @@ def _pad(seqs: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
     return src.to(device), lens.to(device)
 
 
-def _search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, alpha: float,
-            max_len_ratio: float, max_len_extra: int) -> list[Hypothesis]:
+def _search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, nbest: int,
+            settings: SearchSettings) -> list[list[Hypothesis]]:
+    s = settings
     if beam == 1:
-        return greedy(model, src, src_lens, max_len_ratio, max_len_extra, alpha)
-    return [hyps[0] for hyps in beam_search(model, src, src_lens, beam, alpha, max_len_ratio,
-                                            max_len_extra, nbest=1)]
+        return [[h] for h in greedy(model, src, src_lens, s.max_len_ratio, s.max_len_extra,
+                                    s.alpha)]
+    return beam_search(model, src, src_lens, beam, s.alpha, s.max_len_ratio, s.max_len_extra,
+                       nbest=nbest)
+
+
+def search_batches(model: nn.Module, encoded: Sequence[list[int]], beam: int, nbest: int = 1,
+                   settings: SearchSettings | None = None, batch_tokens: int = 2000,
+                   device: str | torch.device | None = None
+                   ) -> Iterator[tuple[list[int], list[list[Hypothesis]]]]:
+    """The one batched decoding path of evaluation, the Translator and file translation.
+
+    ``encoded``: source ids per sentence (no BOS/EOS). Yields, batch by batch (longest
+    sources first, :func:`length_sorted_batches`), the sentence indices and per sentence
+    its ``nbest`` hypotheses, best first. Empty sources are skipped. ``beam=1`` is greedy
+    search. ``device``: where the batches go (default: the model's).
+    """
+    check_beam(beam, nbest)
+    settings = settings or SearchSettings()
+    settings.check()
+    if device is None:
+        device = next(model.parameters()).device
+    for idx in length_sorted_batches([len(e) for e in encoded], batch_tokens):
+        src, src_lens = _pad([encoded[i] for i in idx], torch.device(device))
+        yield idx.tolist(), _search(model, src, src_lens, beam, nbest, settings)
 
 
 def decode(
@@ -139,24 +163,18 @@ def decode(
     expansion). A sentence's output does not depend on its batch (search guarantees it).
     ``progress`` shows a bar on stderr when stderr is a terminal (never in a log file).
     """
-    if beam < 1:
-        raise ConfigError(f"beam={beam} must be >= 1 (1 = greedy)")
-    if max_len_ratio <= 0 or max_len_extra < 0:
-        raise ConfigError(f"max_len_ratio={max_len_ratio} must be > 0 and "
-                          f"max_len_extra={max_len_extra} >= 0")
     start = time.perf_counter()
-    device = torch.device(device)
+    settings = SearchSettings(alpha, max_len_ratio, max_len_extra)
     encoded = [tokenizers.src.encode(s) for s in sources]
     hyps = [""] * len(sources)
     ents = [math.nan] * len(sources)
     lens = [0] * len(sources)
-    batches = length_sorted_batches([len(e) for e in encoded], batch_tokens)
-    with tqdm(total=sum(len(b) for b in batches), unit="sent", desc=f"decode beam={beam}",
+    batches = search_batches(model, encoded, beam, 1, settings, batch_tokens, device)
+    total = sum(1 for e in encoded if e)
+    with tqdm(total=total, unit="sent", desc=f"decode beam={beam}",
               disable=None if progress else True, leave=False) as bar:  # None: terminals only
-        for idx in batches:
-            src, src_lens = _pad([encoded[i] for i in idx], device)
-            out = _search(model, src, src_lens, beam, alpha, max_len_ratio, max_len_extra)
-            for i, hyp in zip(idx.tolist(), out, strict=True):
+        for idx, out in batches:
+            for i, [hyp] in zip(idx, out, strict=True):
                 hyps[i] = tokenizers.tgt.decode(hyp.tokens)
                 ents[i] = attention_entropy(hyp.attention)
                 lens[i] = len(hyp.tokens)

@@ -15,12 +15,12 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any
 
+from seq2seq.config import check_beam
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference.heatmap import render_heatmap, save_heatmap
 from seq2seq.inference.translator import (
     Translation,
     Translator,
-    check_request,
     repair_text,
     truncation_warning,
 )
@@ -207,7 +207,7 @@ class Repl:
         beam = self._number("beam", args)
         if beam is not None:
             try:
-                check_request(beam, self.nbest)
+                check_beam(beam, self.nbest)
             except Seq2SeqError as e:
                 self.warn(f"error: {e}")
                 return True
@@ -219,7 +219,7 @@ class Repl:
         nbest = self._number("nbest", args)
         if nbest is not None:
             try:
-                check_request(self.beam, nbest)
+                check_beam(self.beam, nbest)
             except Seq2SeqError as e:
                 self.warn(f"error: {e}")
                 return True

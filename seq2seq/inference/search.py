@@ -21,8 +21,9 @@ from torch import Tensor, nn
 
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
+from seq2seq.inference.settings import SearchSettings
 
-__all__ = ["Hypothesis", "beam_search", "greedy", "length_penalty"]
+__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty"]
 
 
 @dataclass
