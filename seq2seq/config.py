@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,50 @@ from seq2seq.errors import ConfigError
 
 # The YAML side of every config: configs/ beside the package (an editable install).
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+
+
+# Settings with a fixed set of values. OmegaConf refuses any other value when the config
+# is composed, naming the choices; a member compares and prints as its plain string.
+class RnnType(StrEnum):
+    gru = "gru"
+    lstm = "lstm"
+
+
+class AttentionName(StrEnum):
+    none = "none"  # the fixed context vector of Cho et al. (2014)
+    bahdanau = "bahdanau"  # additive (Bahdanau et al., 2015)
+    luong = "luong"  # multiplicative family (Luong et al., 2015)
+
+
+class LuongScore(StrEnum):
+    dot = "dot"
+    general = "general"
+    concat = "concat"
+    scaled_dot = "scaled_dot"
+
+
+class Precision(StrEnum):
+    auto = "auto"  # bf16 where a start-up probe measures it faster
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class LrSchedule(StrEnum):
+    constant = "constant"
+    plateau = "plateau"
+    inverse_sqrt = "inverse_sqrt"
+
+
+class SpmModelType(StrEnum):
+    unigram = "unigram"
+    bpe = "bpe"
+    char = "char"
+    word = "word"
+
+
+class Alignment(StrEnum):
+    soft = "soft"  # the attention matrix
+    hard = "hard"  # the argmax source subword per target subword (Pharaoh pairs)
 
 
 @dataclass
@@ -64,16 +109,16 @@ class TokenizerConfig:
 
     vocab_size: int = 8000
     joint: bool = False  # one model for both sides; else one per side
-    model_type: str = "unigram"
+    model_type: SpmModelType = SpmModelType.unigram
     character_coverage: float = 1.0
 
 
 @dataclass
 class AttentionConfig:
-    """The pluggable attention; names and scores are validated in attention.py."""
+    """The pluggable attention (seq2seq.model.attention builds it from these settings)."""
 
-    name: str = "bahdanau"
-    score: str = "general"  # luong only: dot | general | concat | scaled_dot
+    name: AttentionName = AttentionName.bahdanau
+    score: LuongScore = LuongScore.general  # luong only
     input_feeding: bool = True  # luong only
     # luong only: the readout also reads E y_{t-1} (Bahdanau's deep output); Luong et al.
     # read [c_t; h_t] only. On a short CPU budget it makes Luong learn as fast as Bahdanau.
@@ -83,7 +128,7 @@ class AttentionConfig:
 
 @dataclass
 class ModelConfig:
-    rnn_type: str = "gru"  # gru | lstm
+    rnn_type: RnnType = RnnType.gru
     emb_size: int = 256
     hidden_size: int = 256
     enc_layers: int = 1
@@ -103,14 +148,14 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads; 0 = all cores
     # auto: bf16 autocast where a probe of real training passes at start-up shows it faster
     # (seq2seq/training/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
-    precision: str = "fp32"
+    precision: Precision = Precision.fp32
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86
     flush_denormals: bool = True
     batch_tokens: int = 3000  # target tokens per batch (padding excluded)
     max_src_words: int = 50  # pairs longer than this (source words) are not trained on
     lr: float = 1e-3
-    lr_schedule: str = "plateau"  # constant | plateau | inverse_sqrt
+    lr_schedule: LrSchedule = LrSchedule.plateau
     lr_decay: float = 0.5
     lr_patience: int = 2
     warmup_steps: int = 0
@@ -166,7 +211,7 @@ class TranslateConfig:
     input: str = ""
     output: str = ""
     alignments: str = ""  # file mode: also write one JSON line of alignments per input line
-    alignment: str = "soft"  # soft: the attention matrix; hard: the argmax source per target subword
+    alignment: Alignment = Alignment.soft
     batch_tokens: int = 2000  # file mode: padded source subwords per batch, before beam expansion
     alpha: float = 0.6  # GNMT length penalty of the beam score
     max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
@@ -282,14 +327,19 @@ def _check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def validate(cfg: Any) -> None:
-    """Range checks that a type alone cannot express; raises ConfigError with the fix."""
-    m, t, tok, d = cfg.model, cfg.train, cfg.tokenizer, cfg.data
+def validate_model(m: Any) -> None:
+    """Range checks of a ModelConfig (names and types are OmegaConf's): the one check that
+    both the training command and :func:`seq2seq.model.build_model` run."""
     for key in ("emb_size", "hidden_size", "enc_layers", "dec_layers"):
         _check(m[key] > 0, f"model.{key}={m[key]} must be a positive integer")
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
-    _check(m.rnn_type in ("gru", "lstm"), f"model.rnn_type={m.rnn_type!r}: use gru or lstm")
     _check(m.attention.attn_size >= 0, f"model.attention.attn_size={m.attention.attn_size} must be >= 0")
+
+
+def validate(cfg: Any) -> None:
+    """Range checks that a type alone cannot express; raises ConfigError with the fix."""
+    t, tok, d = cfg.train, cfg.tokenizer, cfg.data
+    validate_model(cfg.model)
     _check(tok.vocab_size >= 16, f"tokenizer.vocab_size={tok.vocab_size} is too small (>= 16)")
     _check(t.batch_tokens > 0, f"train.batch_tokens={t.batch_tokens} must be positive")
     _check(t.lr > 0, f"train.lr={t.lr} must be positive")
@@ -298,13 +348,9 @@ def validate(cfg: Any) -> None:
     _check(t.threads >= 0, f"train.threads={t.threads} must be >= 0 (0 = all cores)")
     _check(t.save_every_minutes >= 0, f"train.save_every_minutes={t.save_every_minutes} must "
            "be >= 0 (0 = at validations only)")
-    _check(tok.model_type in ("unigram", "bpe", "char", "word"),
-           f"tokenizer.model_type={tok.model_type!r}: use unigram, bpe, char or word")
     _check(0.0 <= t.label_smoothing < 1.0, f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
     _check(0.0 < t.teacher_forcing <= 1.0, f"train.teacher_forcing={t.teacher_forcing} must be in (0, 1]")
     _check(t.max_src_words > 0, f"train.max_src_words={t.max_src_words} must be positive")
-    _check(t.lr_schedule in ("constant", "plateau", "inverse_sqrt"),
-           f"train.lr_schedule={t.lr_schedule!r}: use constant, plateau or inverse_sqrt")
     check_device(t.device, "train.device")
     _check(d.max_len_ratio >= 1.0, f"data.max_len_ratio={d.max_len_ratio} must be >= 1")
     _check(0 < d.min_words <= d.max_words, "data.min_words must be positive and <= data.max_words")
@@ -357,8 +403,6 @@ def validate_translate(cfg: Any) -> None:
            f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
     _check(cfg.threads >= -1, f"threads={cfg.threads} must be >= -1 (-1 = auto, 0 = all cores)")
     check_device(cfg.device)
-    _check(cfg.alignment in ("soft", "hard"),
-           f"alignment={cfg.alignment!r}: use soft (attention matrices) or hard (Pharaoh pairs)")
     _check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
     check_run_value(cfg.run)
 

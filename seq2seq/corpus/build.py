@@ -72,7 +72,7 @@ def check_kind(data_cfg: Any) -> None:
 
 def _settings(data_cfg: Any) -> dict[str, Any]:
     if isinstance(data_cfg, DictConfig):
-        values = OmegaConf.to_container(data_cfg, resolve=True)
+        values = OmegaConf.to_container(data_cfg, resolve=True, enum_to_str=True)
     elif dataclasses.is_dataclass(data_cfg):
         values = dataclasses.asdict(data_cfg)
     else:

@@ -129,7 +129,7 @@ class Tokenizers:
 
 def _settings(tok_cfg: Any) -> dict[str, Any]:
     if isinstance(tok_cfg, DictConfig):
-        return dict(OmegaConf.to_container(tok_cfg, resolve=True))
+        return dict(OmegaConf.to_container(tok_cfg, resolve=True, enum_to_str=True))
     if dataclasses.is_dataclass(tok_cfg):
         return dataclasses.asdict(tok_cfg)
     return dict(tok_cfg)

@@ -85,7 +85,7 @@ def arm_config(cfg: DictConfig, name: str, arm: DictConfig, seed: int | None = N
     """The training config of one arm: the shared base with ``model/attention=<arm>``,
     the arm's length cap, and its run folder (:func:`arm_dir`); ``seed`` replaces
     ``train.seed`` (multi-seed runs)."""
-    base = {k: OmegaConf.to_container(cfg[k], resolve=True)
+    base = {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True)
             for k in (*_SETUP_SECTIONS, "extra")}
     arm_cfg = OmegaConf.merge(OmegaConf.structured(Config), base)
     arm_cfg.model.attention = OmegaConf.merge(arm_cfg.model.attention,
@@ -100,15 +100,14 @@ def arm_config(cfg: DictConfig, name: str, arm: DictConfig, seed: int | None = N
 
 
 def arm_configs(cfg: DictConfig, seed: int | None = None) -> dict[str, DictConfig]:
-    """Every arm's config, checked (a model of each builds) before anything slow runs."""
+    """Every arm's config, checked before anything slow runs (an arm merges into the
+    structured schema, so a bad attention name fails here)."""
     from seq2seq.config import validate
-    from seq2seq.training.setup import check_model_config
 
     out = {}
     for name, arm in cfg.reproduce.arms.items():
         out[name] = arm_config(cfg, name, arm, seed)
         validate(out[name])
-        check_model_config(out[name].model)
     return out
 
 
@@ -116,8 +115,8 @@ def _setup_of(cfg: Any) -> dict[str, Any]:
     """The settings a finished arm must share with the current config to be reused: keys
     missing in an older arm's config.yaml count as their schema default, and the train
     keys that only say how a run is kept and logged (BOOKKEEPING_KEYS) do not count."""
-    plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
-    defaults = OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)
+    plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    defaults = OmegaConf.to_container(OmegaConf.structured(Config), resolve=False, enum_to_str=True)
     setup = {k: {**defaults[k], **plain[k]} for k in _SETUP_SECTIONS}
     for key in BOOKKEEPING_KEYS:
         setup["train"].pop(key, None)
@@ -129,7 +128,7 @@ def check_finished_arm(arm_cfg: DictConfig) -> None:
     saved_path = Path(arm_cfg.run_dir) / "config.yaml"
     if not saved_path.is_file():
         return
-    saved = _setup_of(OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True))
+    saved = _setup_of(OmegaConf.to_container(OmegaConf.load(saved_path), resolve=True, enum_to_str=True))
     now = _setup_of(arm_cfg)
     diff = [f"{s}.{k}" for s in _SETUP_SECTIONS for k in now[s]
             if saved[s].get(k) != now[s][k]]
@@ -288,7 +287,7 @@ def train_arms(cfg: DictConfig, arm_cfgs: Mapping[str, DictConfig], timings: dic
         log.info("arm %d/%d: %s (%s attention)%s", i, len(arm_cfgs), name,
                  arm_cfg.model.attention.name, tag)
         arms[name] = train_arm(name, arm_cfg)
-        arms[name]["spec"] = OmegaConf.to_container(cfg.reproduce.arms[name])
+        arms[name]["spec"] = OmegaConf.to_container(cfg.reproduce.arms[name], enum_to_str=True)
         timings[f"train {name}{tag}"] = {"seconds": arms[name]["phase_s"],
                                          "cached": not arms[name]["trained_now"]}
     return arms
@@ -394,7 +393,7 @@ def reproduce_main(cfg: DictConfig) -> Path:
     body["curves_png"] = plot_training_curves(cfg, seeds)
     results = {
         "profile": cfg.reproduce.profile, "command": _command(),
-        "config": OmegaConf.to_container(cfg, resolve=True), **body,
+        "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), **body,
         "apertium": _apertium_version(cfg), "timings": timings,
         "wall_time_s": round(time.perf_counter() - started, 1),
     }

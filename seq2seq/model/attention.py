@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from seq2seq.config import AttentionName, LuongScore
 from seq2seq.errors import ConfigError
 from seq2seq.model.deferred import DeferredGrad, deferring
 
@@ -315,12 +316,12 @@ def _build_luong(att_cfg, enc_size: int, dec_size: int, bidirectional: bool) -> 
                           deep_output=bool(getattr(att_cfg, "deep_output", False)))
 
 
-LUONG_SCORES = ("dot", "general", "concat", "scaled_dot")
+LUONG_SCORES = tuple(LuongScore)
 # The registry: model/attention=<name> picks the builder; add an attention here.
 ATTENTIONS: dict[str, Callable[[Any, int, int, bool], Attention]] = {
-    "none": _build_none,
-    "bahdanau": _build_bahdanau,
-    "luong": _build_luong,
+    AttentionName.none: _build_none,
+    AttentionName.bahdanau: _build_bahdanau,
+    AttentionName.luong: _build_luong,
 }
 
 

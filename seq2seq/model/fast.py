@@ -16,11 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig
+from seq2seq.config import ModelConfig, validate_model
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.model.attention import Attention, AttentionMemory, build_attention
 from seq2seq.model.decoder import Decoder, DecoderState
-from seq2seq.model.encoder import Encoder, rnn_class
+from seq2seq.model.encoder import Encoder
 
 __all__ = ["DecoderState", "Memory", "Seq2Seq", "build_model", "count_parameters"]
 
@@ -154,15 +154,10 @@ def build_model(model_cfg: Any, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
     Raises ConfigError for an unknown rnn_type/attention/score or impossible sizes.
     """
     cfg = _as_config(model_cfg)
-    for key in ("emb_size", "hidden_size", "enc_layers", "dec_layers"):
-        if cfg[key] <= 0:
-            raise ConfigError(f"model.{key}={cfg[key]} must be a positive integer")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ConfigError(f"model.dropout={cfg.dropout} must be in [0, 1)")
+    validate_model(cfg)
     if min(src_vocab, tgt_vocab) < 4:
         raise ConfigError(f"vocabularies of {src_vocab} and {tgt_vocab} are too small: "
                           "they must hold at least PAD, UNK, BOS and EOS")
-    rnn_class(cfg.rnn_type)  # raises ConfigError for an unknown type
     encoder = Encoder(src_vocab, cfg.emb_size, cfg.hidden_size, cfg.enc_layers, cfg.rnn_type,
                       cfg.dropout, cfg.bidirectional)
     enc_size = encoder.output_size

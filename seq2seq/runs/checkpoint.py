@@ -84,7 +84,7 @@ def make_checkpoint(
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": capture_rng_state(),
         "progress": dict(progress),
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         "vocab": dict(vocab),
     }
 
@@ -189,9 +189,9 @@ def check_same_setup(saved: dict[str, Any], cfg: DictConfig) -> list[str]:
     """
     from seq2seq.config import Config
 
-    now = OmegaConf.to_container(cfg, resolve=True)
+    now = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     # a key added to the schema after the checkpoint was written has its default there
-    defaults = OmegaConf.to_container(OmegaConf.structured(Config), resolve=False)
+    defaults = OmegaConf.to_container(OmegaConf.structured(Config), resolve=False, enum_to_str=True)
     for section in ("model", "data", "tokenizer"):
         old = {**{k: v for k, v in defaults[section].items() if k not in saved.get(section, {})},
                **saved.get(section, {})}

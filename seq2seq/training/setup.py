@@ -94,11 +94,6 @@ def check_train_config(t: DictConfig) -> None:
             raise ConfigError(f"train.{key}={t[key]} must be >= 0 (0 turns it off)")
 
 
-def check_model_config(model_cfg: DictConfig) -> None:
-    """Build a throw-away tiny-vocabulary model so a bad attention name fails before data work."""
-    build_model(model_cfg, 16, 16)
-
-
 def setup(cfg: DictConfig) -> Run:
     """Everything before the first step; fails fast on config, corpus and checkpoint problems.
     Rank 0 holds the run folder's lock from here until :func:`train_main` ends."""
@@ -122,7 +117,6 @@ def _setup_claimed(cfg: DictConfig, device: torch.device) -> Run:
     threads = set_threads(distributed.threads_per_rank(t.threads))
     runtime.keep_freed_memory()
     flushed = t.flush_denormals and runtime.flush_denormals()
-    check_model_config(cfg.model)
     with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
         corpus = load_corpus(cfg.data)
         ckpt = load_checkpoint(resume_from) if resume_from else None
