@@ -90,6 +90,9 @@ class ModelConfig:
     maxout: bool = False
     tie_embeddings: bool = False
     attention: AttentionConfig = field(default_factory=AttentionConfig)
+    # fast: seq2seq/model.py; reference: seq2seq/reference.py, the plain-torch model it is
+    # tested equal to (same parameters: a checkpoint of either loads in the other)
+    impl: str = "fast"
 
 
 @dataclass
@@ -285,6 +288,7 @@ def validate(cfg: Any) -> None:
         _check(m[key] > 0, f"model.{key}={m[key]} must be a positive integer")
     _check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
     _check(m.rnn_type in ("gru", "lstm"), f"model.rnn_type={m.rnn_type!r}: use gru or lstm")
+    _check(m.impl in ("fast", "reference"), f"model.impl={m.impl!r}: use fast or reference")
     _check(m.attention.attn_size >= 0, f"model.attention.attn_size={m.attention.attn_size} must be >= 0")
     _check(tok.vocab_size >= 16, f"tokenizer.vocab_size={tok.vocab_size} is too small (>= 16)")
     _check(t.batch_tokens > 0, f"train.batch_tokens={t.batch_tokens} must be positive")

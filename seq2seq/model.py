@@ -16,11 +16,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
-from seq2seq.attention import Attention, AttentionMemory, build_attention
+from seq2seq.attention import ATTENTIONS, LUONG_SCORES, Attention, AttentionMemory, build_attention
 from seq2seq.config import ModelConfig
 from seq2seq.decoder import Decoder, DecoderState
 from seq2seq.encoder import Encoder, rnn_class
 from seq2seq.errors import ConfigError, DataError
+from seq2seq.reference import ReferenceSeq2Seq
 
 __all__ = ["DecoderState", "Memory", "Seq2Seq", "build_model", "count_parameters"]
 
@@ -148,8 +149,9 @@ def _as_config(model_cfg: Any) -> DictConfig:
                           "ModelConfig in seq2seq/config.py for the keys and types") from None
 
 
-def build_model(model_cfg: Any, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
-    """Build a Seq2Seq from a ModelConfig (dataclass, DictConfig or dict) and vocab sizes.
+def build_model(model_cfg: Any, src_vocab: int, tgt_vocab: int) -> Seq2Seq | ReferenceSeq2Seq:
+    """Build a Seq2Seq from a ModelConfig (dataclass, DictConfig or dict) and vocab sizes;
+    ``model.impl=reference`` builds the plain-torch ReferenceSeq2Seq instead (same interface).
 
     Raises ConfigError for an unknown rnn_type/attention/score or impossible sizes.
     """
@@ -163,6 +165,13 @@ def build_model(model_cfg: Any, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
         raise ConfigError(f"vocabularies of {src_vocab} and {tgt_vocab} are too small: "
                           "they must hold at least PAD, UNK, BOS and EOS")
     rnn_class(cfg.rnn_type)  # raises ConfigError for an unknown type
+    if cfg.impl == "reference":
+        att = cfg.attention
+        if att.name not in ATTENTIONS or (att.name == "luong" and att.score not in LUONG_SCORES):
+            build_attention(att, 1, 1)  # raises the ConfigError that names the choices
+        return ReferenceSeq2Seq(cfg, src_vocab, tgt_vocab)
+    if cfg.impl != "fast":
+        raise ConfigError(f"model.impl={cfg.impl!r}: use fast or reference")
     encoder = Encoder(src_vocab, cfg.emb_size, cfg.hidden_size, cfg.enc_layers, cfg.rnn_type,
                       cfg.dropout, cfg.bidirectional)
     enc_size = encoder.output_size
