@@ -176,6 +176,8 @@ class Decoder(nn.Module):
         luong:           s_t = RNN(s_{t-1}, [emb; t_{t-1}]);  c_t = att(s_t)  (t_{t-1}: input feeding)
         readout          t_t = tanh(W_o [s_t; c_t; emb])  (emb: deep output; maxout: max of unit pairs)
         logits           W_s t_t + b   (tied: E P t_t + b, P: H -> E when they differ)
+
+    For Luong, t_t is h~_t = tanh(W_c [c_t; h_t]) (W_o's columns in another order).
     """
 
     def __init__(self, cfg: Any, vocab: int, enc_size: int, attention: Attention) -> None:
@@ -216,20 +218,27 @@ class Decoder(nn.Module):
     def step(self, y_prev: Tensor, state: State, memory: Memory) -> tuple[Tensor, State, Tensor]:
         """y_prev (B,) -> logits (B, V), the next State, attention weights (B, S)."""
         emb = self.dropout(self.embedding(y_prev))  # (B, E)
-        hx = state.h if state.c is None else (state.h, state.c)
-        if self.luong:  # attend with the new state
+        if self.luong:  # the RNN first, then attend with the new state s_t
             x = torch.cat([emb, state.feed], -1) if self.feeds_input else emb
-            out, hx = self.rnn.rnn(x.unsqueeze(1), hx)  # one step: a sequence of length 1
-            s = out.squeeze(1)  # (B, H) top layer
+            s, h, c = self.rnn_step(x, state)
             context, weights = self.attention(s, memory)
-        else:  # attend with the previous state of the top layer
+        else:  # attend with the top layer's previous state s_{t-1}, then the RNN
             context, weights = self.attention(state.h[-1], memory)
-            out, hx = self.rnn.rnn(torch.cat([emb, context], -1).unsqueeze(1), hx)
-            s = out.squeeze(1)
-        z = self.readout.proj(torch.cat([s, context, emb] if self.reads_emb else [s, context], -1))
+            s, h, c = self.rnn_step(torch.cat([emb, context], -1), state)
+        parts = [s, context, emb] if self.reads_emb else [s, context]
+        z = self.readout.proj(torch.cat(parts, -1))  # (B, H), or (B, 2H) for maxout
+        # maxout (Goodfellow et al. 2013): the larger of each pair of adjacent units
         t = z.unflatten(-1, (-1, 2)).amax(-1) if self.maxout else torch.tanh(z)  # (B, H)
-        h, c = hx if state.c is not None else (hx, None)
         return self.logits(t), State(h, c, t if self.feeds_input else None), weights
+
+    def rnn_step(self, x: Tensor, state: State) -> tuple[Tensor, Tensor, Tensor | None]:
+        """x (B, n) -> the top layer's s_t (B, H) and every layer's h, c (layers, B, H):
+        the stacked nn.GRU/nn.LSTM run over a sequence of length one."""
+        if state.c is None:
+            out, h = self.rnn.rnn(x.unsqueeze(1), state.h)
+            return out.squeeze(1), h, None
+        out, (h, c) = self.rnn.rnn(x.unsqueeze(1), (state.h, state.c))
+        return out.squeeze(1), h, c
 
     def logits(self, t: Tensor) -> Tensor:
         """Readout t (B, H) -> logits (B, V)."""
@@ -278,7 +287,7 @@ class ReferenceSeq2Seq(nn.Module):
         logits, weights = [], []
         for t in range(tgt_in.size(1)):
             y = tgt_in[:, t]
-            if t > 0 and teacher_forcing < 1.0:
+            if t > 0 and teacher_forcing < 1.0:  # draws as the fast model does, for the tests
                 keep = torch.rand(y.shape, device=y.device) < teacher_forcing
                 y = torch.where(keep, y, logits[-1].detach().argmax(dim=-1))
             step_logits, state, w = self.step(y, state, memory)
@@ -293,5 +302,6 @@ class ReferenceSeq2Seq(nn.Module):
         logits, _ = self.forward_with_attention(src, src_lens, tgt_in, teacher_forcing)
         if targets is None:
             return logits
+        # (B*T, V) against (B*T,); padding positions are no tokens: ignore_index skips them
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID,
                                reduction="sum", label_smoothing=label_smoothing)
