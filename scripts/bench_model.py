@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.inference.search import beam_search, greedy
-from seq2seq.model.fast import build_model, count_parameters
+from seq2seq.model import build_model, count_parameters
 
 ARMS = {
     "none": AttentionConfig(name="none"),

@@ -33,7 +33,7 @@ from seq2seq.corpus import (  # noqa: E402
 )
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
-from seq2seq.model.fast import build_model, count_parameters  # noqa: E402
+from seq2seq.model import build_model, count_parameters  # noqa: E402
 from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.training.loop import Run, train_step  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402

@@ -44,6 +44,11 @@ class LuongScore(StrEnum):
     scaled_dot = "scaled_dot"
 
 
+class ModelImpl(StrEnum):
+    fast = "fast"
+    reference = "reference"
+
+
 class Precision(StrEnum):
     auto = "auto"  # bf16 where a start-up probe measures it faster
     fp32 = "fp32"
@@ -139,6 +144,9 @@ class ModelConfig:
     maxout: bool = False
     tie_embeddings: bool = False
     attention: AttentionConfig = field(default_factory=AttentionConfig)
+    # fast: seq2seq/model/fast.py; reference: seq2seq/model/reference.py, the plain-torch
+    # model it is tested equal to (same parameters: a checkpoint of either loads in the other)
+    impl: ModelImpl = ModelImpl.fast
 
 
 @dataclass

@@ -16,7 +16,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from seq2seq.inference.translator import Translator
-from seq2seq.model.fast import build_model
+from seq2seq.model import build_model
 
 WORDS = ("en", "el", "principio", "creó", "dios", "los", "cielos", "y", "la", "tierra",
          "in", "the", "beginning", "god", "created", "heaven", "and", "earth")

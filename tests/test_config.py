@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import CONFIG_DIR, LuongScore, validate
 from seq2seq.errors import ConfigError
-from seq2seq.model.fast import build_model
+from seq2seq.model import build_model
 
 REPO = Path(__file__).resolve().parent.parent
 GROUPS = {g: sorted(p.stem for p in (Path(CONFIG_DIR) / g).glob("*.yaml"))

@@ -9,7 +9,7 @@ import torch
 
 from seq2seq.errors import ConfigError
 from seq2seq.inference.decode import attention_entropy, decode, length_sorted_batches
-from seq2seq.model.fast import build_model
+from seq2seq.model import build_model
 
 VOCAB = 40
 

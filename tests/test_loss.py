@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import seq2seq.model.loss as fused
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, PAD_ID
-from seq2seq.model.fast import build_model
+from seq2seq.model import build_model
 
 
 def _inputs(n: int, bias: bool = True):

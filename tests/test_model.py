@@ -21,7 +21,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, PAD_ID
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.model.fast import build_model, count_parameters
+from seq2seq.model import build_model, count_parameters
 
 V = 17
 

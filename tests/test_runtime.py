@@ -16,7 +16,7 @@ if sys.argv[1] == "keep":
     assert runtime.keep_freed_memory()
 torch.set_num_threads(1)
 from seq2seq.config import AttentionConfig, ModelConfig
-from seq2seq.model.fast import build_model
+from seq2seq.model import build_model
 torch.manual_seed(0)
 model = build_model(ModelConfig(attention=AttentionConfig(name="luong"), emb_size=64,
                                 hidden_size=64), 4000, 4000)

@@ -18,7 +18,7 @@ from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.search import Hypothesis, beam_search, greedy, length_penalty
-from seq2seq.model.fast import build_model
+from seq2seq.model import build_model
 
 VOCAB = 12
 

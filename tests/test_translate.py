@@ -165,6 +165,13 @@ def _cfg(**overrides: object) -> DictConfig:
     return cfg
 
 
+def test_alignment_outside_its_choices_is_refused() -> None:
+    from omegaconf.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=r"Invalid value 'fuzzy', expected one of \[soft, hard\]"):
+        _cfg(alignment="fuzzy")
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     ({"run": None}, "no model given: pass run=<run folder or checkpoint>"),
     ({"beam": 2, "nbest": 3}, "nbest=3 with beam=2: nbest must be between 1 and the beam size"),
@@ -172,7 +179,6 @@ def _cfg(**overrides: object) -> DictConfig:
     ({"max_src_tokens": -1}, "max_src_tokens=-1 must be >= 0"),
     ({"device": "tpu"}, "device='tpu': use auto, cpu or cuda"),
     ({"beam": 65}, "beam=65: the beam size must be between 1 (greedy) and 64"),
-    ({"alignment": "fuzzy"}, "alignment='fuzzy': use soft"),
     ({"run": [""]}, "give a run folder, or a list of run folders"),
 ])
 def test_bad_settings_are_refused(overrides: dict, message: str) -> None:

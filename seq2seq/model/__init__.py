@@ -5,3 +5,7 @@ read. :mod:`seq2seq.model.fast` is the same model (same parameters, same numbers
 speed-ups that training uses by default. Nothing here imports corpus, training or
 command-line code.
 """
+
+from seq2seq.model.build import build_model, count_parameters
+
+__all__ = ["build_model", "count_parameters"]

@@ -1,4 +1,8 @@
-"""The Seq2Seq model: encoder + one decoder + a pluggable attention, and build_model(cfg).
+"""The fast Seq2Seq model: encoder + one decoder + a pluggable attention.
+
+It computes what :mod:`seq2seq.model.reference` computes (tests check equality in
+float64), with the speed-ups of docs/performance.md. Build it with
+:func:`seq2seq.model.build_model`.
 
 Search and training talk to the model only through ``encode``, ``init_state`` and
 ``step`` (plus the teacher-forced ``forward``); the Memory and DecoderState they pass
@@ -9,20 +13,16 @@ the RNN type or the attention.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig, validate_model
-from seq2seq.errors import ConfigError, DataError
-from seq2seq.model.attention import Attention, AttentionMemory, build_attention
+from seq2seq.errors import DataError
+from seq2seq.model.attention import Attention, AttentionMemory
 from seq2seq.model.decoder import Decoder, DecoderState
 from seq2seq.model.encoder import Encoder
 
-__all__ = ["DecoderState", "Memory", "Seq2Seq", "build_model", "count_parameters"]
+__all__ = ["DecoderState", "Memory", "Seq2Seq"]
 
 
 @dataclass
@@ -132,44 +132,3 @@ class Seq2Seq(nn.Module):
 def _length_mask(lengths: Tensor, width: int) -> Tensor:
     """(B,) lengths -> (B, width) bool, True at positions < length."""
     return torch.arange(width, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
-
-
-def _as_config(model_cfg: Any) -> DictConfig:
-    """A ModelConfig dataclass, DictConfig or plain dict -> a typed DictConfig."""
-    if isinstance(model_cfg, DictConfig):
-        return model_cfg
-    try:
-        if isinstance(model_cfg, dict):
-            return OmegaConf.merge(OmegaConf.structured(ModelConfig), model_cfg)
-        return OmegaConf.structured(model_cfg)
-    except OmegaConfBaseException as err:  # a typo'd key or a wrong type
-        first_line = str(err.msg).splitlines()[0]
-        raise ConfigError(f"bad model config: {first_line} (model.{err.full_key}); see "
-                          "ModelConfig in seq2seq/config.py for the keys and types") from None
-
-
-def build_model(model_cfg: Any, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
-    """Build a Seq2Seq from a ModelConfig (dataclass, DictConfig or dict) and vocab sizes.
-
-    Raises ConfigError for an unknown rnn_type/attention/score or impossible sizes.
-    """
-    cfg = _as_config(model_cfg)
-    validate_model(cfg)
-    if min(src_vocab, tgt_vocab) < 4:
-        raise ConfigError(f"vocabularies of {src_vocab} and {tgt_vocab} are too small: "
-                          "they must hold at least PAD, UNK, BOS and EOS")
-    encoder = Encoder(src_vocab, cfg.emb_size, cfg.hidden_size, cfg.enc_layers, cfg.rnn_type,
-                      cfg.dropout, cfg.bidirectional)
-    enc_size = encoder.output_size
-    attention = build_attention(cfg.attention, enc_size, cfg.hidden_size,
-                                bidirectional=cfg.bidirectional)
-    decoder = Decoder(tgt_vocab, cfg.emb_size, cfg.hidden_size, attention,
-                      enc_final_size=enc_size, layers=cfg.dec_layers, rnn_type=cfg.rnn_type,
-                      dropout=cfg.dropout, deep_output=cfg.deep_output, maxout=cfg.maxout,
-                      tie_embeddings=cfg.tie_embeddings)
-    return Seq2Seq(encoder, decoder)
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Number of trainable parameters (shared tensors counted once)."""
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -258,7 +258,7 @@ def load_model(
     ``tokenizer/`` copy, so the run folder is all that is needed.
     """
     from seq2seq.corpus.tokenizer import Tokenizers
-    from seq2seq.model.fast import build_model
+    from seq2seq.model import build_model
 
     path = find_checkpoint(run_dir_or_ckpt)
     ckpt = load_checkpoint(path, map_location=device)

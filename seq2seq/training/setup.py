@@ -23,7 +23,7 @@ from seq2seq import runtime
 from seq2seq.corpus import batching, corpus_dir, load_corpus
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train
 from seq2seq.errors import ConfigError
-from seq2seq.model.fast import build_model, count_parameters
+from seq2seq.model import build_model, count_parameters
 from seq2seq.runs import folder as runfolder
 from seq2seq.runs.checkpoint import (
     TOKENIZER_DIR,
