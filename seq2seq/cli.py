@@ -25,6 +25,7 @@ from seq2seq.config import (
 )
 from seq2seq.errors import Seq2SeqError
 from seq2seq.preempt import Preempted
+from seq2seq.serve.config import register_serve_config, validate_serve
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _DENIED = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -44,6 +45,7 @@ def os_error_message(err: OSError) -> str:
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 register_configs()
+register_serve_config()
 
 
 def run_guarded(
@@ -143,3 +145,11 @@ def average_main(cfg: DictConfig) -> None:
     from seq2seq.average import average_main as _average
 
     run_guarded(_average, cfg, check=validate_average)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
+def serve_main(cfg: DictConfig) -> None:
+    """`seq2seq-serve reproduction=<folder>` or `runs=[...]`: the JSON API and the page."""
+    from seq2seq.serve.command import serve_main as _serve
+
+    run_guarded(_serve, cfg, check=validate_serve)

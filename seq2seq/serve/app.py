@@ -1,0 +1,231 @@
+"""The FastAPI app: the versioned JSON API and the page at ``/``.
+
+    POST /v1/translate     sentences, beam, nbest, models, attention -> each model's hypotheses
+    GET  /v1/models        what is loaded (attention, parameters, training summary) and the limits
+    GET  /v1/health        liveness and the decoding queue
+    GET  /v1/openapi.json  the schema (FastAPI's interactive /docs is off: it loads from a CDN)
+    GET  /                 the page (static/index.html, app.js, style.css, held in memory)
+
+Every 4xx answer is an :class:`~seq2seq.serve.schemas.ErrorResponse`; going over a limit
+names it. Decoding happens on the :class:`~seq2seq.serve.worker.DecodeWorker` thread.
+"""
+# no `from __future__ import annotations`: FastAPI reads the endpoint's annotation, and the
+# request model is a class made inside create_app, which a string could not name
+
+import asyncio
+import time
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from seq2seq.serve.models import ServedModel
+from seq2seq.serve.schemas import (
+    LIMIT_ERRORS,
+    ErrorResponse,
+    Health,
+    Hypothesis,
+    Limits,
+    ModelInfo,
+    ModelOutput,
+    ModelsResponse,
+    SentenceResult,
+    TranslateResponse,
+    translate_request_model,
+)
+from seq2seq.serve.worker import DecodeWorker, QueueFull
+
+STATIC = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+# the page loads nothing from elsewhere; an injected script could not either
+PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:",
+                "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": what} for code, what in (
+        (400, "the body is not valid JSON"), (404, "a requested model is not loaded"),
+        (408, "not decoded within limits.timeout_s"),
+        (413, "over max_sentences, max_chars or max_body_bytes"),
+        (422, "a wrong type or value, or over max_beam / max_nbest"),
+        (429, "the decoding queue is full (limits.max_queue); retry shortly"))}
+
+
+def error(status: int, code: str, message: str, limit: str | None = None,
+          allowed: int | float | None = None, detail: list[dict[str, Any]] | None = None,
+          headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorResponse(error=code, message=message, limit=limit, allowed=allowed, detail=detail)
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Answer 413 to a body over ``max_bytes`` before it is read into memory (declared by
+    Content-Length, or counted as a chunked body arrives)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        received = 0
+
+        async def counted() -> Any:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                raise _TooLarge
+            return message
+
+        try:
+            if int(declared) > self.max_bytes:
+                raise _TooLarge
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await error(413, "limit_exceeded", f"the request body is over {self.max_bytes} bytes "
+                        "(limits.max_sentences x limits.max_chars allow no more)",
+                        "max_body_bytes", self.max_bytes)(scope, receive, send)
+
+
+def validation_error(errors: Sequence[Any], limits: Limits, names: list[str]) -> JSONResponse:
+    """pydantic's errors as one ErrorResponse: invalid JSON 400, an unknown model 404, a
+    limit 413 (size) or 422 (beam, nbest) naming it, anything else 422."""
+    detail = [{"type": e["type"], "loc": list(e["loc"]), "msg": e["msg"]} for e in errors]
+    fields = [(tuple(str(x) for x in e["loc"][1:]), e) for e in errors]
+    for e in errors:
+        if e["type"] == "json_invalid":
+            return error(400, "invalid_json", f"the body is not valid JSON ({e['msg']})", detail=detail)
+    for loc, e in fields:
+        limit = LIMIT_ERRORS.get((loc[0] if loc else "", e["type"]))
+        if limit:
+            value = getattr(limits, limit)
+            status = 413 if limit in ("max_sentences", "max_chars") else 422
+            return error(status, "limit_exceeded", f"{'.'.join(loc)}: {e['msg']} (the server's "
+                         f"{limit} is {value})", limit, value, detail)
+    for loc, e in fields:
+        if e["type"] == "literal_error" and loc[:1] == ("models",):
+            return error(404, "unknown_model", f"model {e.get('input')!r} is not loaded; the "
+                         f"loaded models are {', '.join(names)}", detail=detail)
+    where = "; ".join(f"{'.'.join(loc) or 'body'}: {e['msg']}" for loc, e in fields)
+    return error(422, "invalid_request", where, detail=detail)
+
+
+def model_output(served: ServedModel, translations: Sequence[Any], attention: bool) -> ModelOutput:
+    """Translations (seq2seq.translate.Translation) as the API's ModelOutput; attention
+    matrices only if asked and meaningful, rounded to 4 decimals (the page draws them)."""
+    keep = attention and served.alignment
+
+    def hyp(t: Any) -> Hypothesis:
+        att = t.attention.astype(float).round(4).tolist() if keep else None
+        return Hypothesis(text=t.text, score=t.score, tgt_tokens=t.tgt_tokens, attention=att)
+
+    sentences = [SentenceResult(source=t.source, src_tokens=t.src_tokens, truncated=t.truncated,
+                                hypotheses=[hyp(t), *(hyp(a) for a in t.alternatives)])
+                 for t in translations]
+    return ModelOutput(model=served.name, attention=served.attention, alignment=served.alignment,
+                       sentences=sentences)
+
+
+def static_files() -> dict[str, bytes]:
+    """The page's files, read once: no request reads a file."""
+    folder = resources.files("seq2seq.serve") / "static"
+    return {name: (folder / name).read_bytes() for name in STATIC}
+
+
+def create_app(models: Sequence[ServedModel], limits: Limits, default_beam: int = 5,
+               threads: int = 0) -> FastAPI:
+    """The app serving ``models`` (names unique) under ``limits``; the decoding thread
+    starts and stops with the app (use TestClient as a context manager)."""
+    by_name = {m.name: m for m in models}
+    names = list(by_name)
+    worker = DecodeWorker(by_name, limits.max_queue, threads)
+    page = static_files()
+    started = time.monotonic()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.stop)
+
+    app = FastAPI(title="seq2seq-serve", version="1", lifespan=lifespan, docs_url=None,
+                  redoc_url=None, openapi_url="/v1/openapi.json",
+                  description="Spanish -> English translation with RNN encoder-decoders whose "
+                              "attention is none, bahdanau or luong.")
+    app.state.worker = worker
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(exc.errors(), limits, names)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Any, exc: HTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else "invalid_request"
+        return error(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    TranslateRequest = translate_request_model(limits, names, default_beam)  # noqa: N806
+
+    @app.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
+    async def translate(req: TranslateRequest) -> Any:  # type: ignore[valid-type]
+        """Translate each sentence with each requested model (default: all loaded)."""
+        t0 = time.perf_counter()
+        wanted = req.models or names
+        futures = []
+        try:
+            for name in wanted:
+                futures.append(worker.submit(name, req.sentences, req.beam, req.nbest))
+        except QueueFull:
+            for f in futures:
+                f.cancel()
+            return error(429, "queue_full", f"the server is busy: {limits.max_queue} decoding jobs "
+                         "are waiting (limits.max_queue); retry shortly", "max_queue",
+                         limits.max_queue, headers={"Retry-After": "1"})
+        try:
+            results = await asyncio.wait_for(
+                asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), limits.timeout_s)
+        except TimeoutError:  # wait_for cancelled the jobs; the worker skips them if not begun
+            return error(408, "timeout", f"not decoded within {limits.timeout_s} s "
+                         "(limits.timeout_s): send fewer or shorter sentences, or a smaller beam",
+                         "timeout_s", limits.timeout_s)
+        outputs = [model_output(by_name[n], r, req.attention) for n, r in zip(wanted, results, strict=True)]
+        return TranslateResponse(beam=req.beam, nbest=req.nbest, outputs=outputs,
+                                 elapsed_ms=round(1000 * (time.perf_counter() - t0), 2))
+
+    @app.get("/v1/models", response_model=ModelsResponse)
+    async def list_models() -> ModelsResponse:
+        """The loaded models, in the page's order, and this server's limits."""
+        infos = [ModelInfo(name=m.name, attention=m.attention, alignment=m.alignment,
+                           parameters=m.parameters, runs=m.runs, training=m.training,
+                           settings=m.settings) for m in models]
+        return ModelsResponse(models=infos, limits=limits, default_beam=default_beam)
+
+    @app.get("/v1/health", response_model=Health)
+    async def health() -> Health:
+        return Health(status="ok", models=len(models), waiting_jobs=worker.waiting,
+                      decoded_sentences=worker.decoded_sentences,
+                      uptime_s=round(time.monotonic() - started, 1))
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> Response:
+        return Response(page["index.html"], media_type="text/html", headers=PAGE_HEADERS)
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name not in page or name == "index.html":
+            return error(404, "not_found", f"no static file {name!r}")
+        return Response(page[name], media_type=STATIC[name], headers=PAGE_HEADERS)
+
+    return app
