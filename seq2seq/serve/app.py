@@ -61,13 +61,16 @@ def error(status: int, code: str, message: str, limit: str | None = None,
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
-class _TooLarge(Exception):
-    pass
+def body_too_large(max_bytes: int) -> JSONResponse:
+    return error(413, "limit_exceeded", f"the request body is over {max_bytes} bytes (no valid "
+                 "request is larger under limits.max_sentences and limits.max_chars)",
+                 "max_body_bytes", max_bytes)
 
 
 class BodyLimit:
-    """Answer 413 to a body over ``max_bytes`` before it is read into memory (declared by
-    Content-Length, or counted as a chunked body arrives)."""
+    """Answer 413 to a body over ``max_bytes`` before it is read into memory: declared by
+    Content-Length, or counted as a chunked body arrives (FastAPI passes an HTTPException
+    raised while it reads the body on to the app's handler)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -77,6 +80,9 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await body_too_large(self.max_bytes)(scope, receive, send)
+            return
         received = 0
 
         async def counted() -> Any:
@@ -84,17 +90,10 @@ class BodyLimit:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise _TooLarge
+                raise HTTPException(413)
             return message
 
-        try:
-            if int(declared) > self.max_bytes:
-                raise _TooLarge
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await error(413, "limit_exceeded", f"the request body is over {self.max_bytes} bytes "
-                        "(limits.max_sentences x limits.max_chars allow no more)",
-                        "max_body_bytes", self.max_bytes)(scope, receive, send)
+        await self.app(scope, counted, send)
 
 
 def validation_error(errors: Sequence[Any], limits: Limits, names: list[str]) -> JSONResponse:
@@ -173,7 +172,10 @@ def create_app(models: Sequence[ServedModel], limits: Limits, default_beam: int 
 
     @app.exception_handler(HTTPException)
     async def _http(_: Any, exc: HTTPException) -> JSONResponse:
-        code = "not_found" if exc.status_code == 404 else "invalid_request"
+        if exc.status_code == 413:  # BodyLimit, counting a chunked body
+            return body_too_large(limits.max_body_bytes)
+        # FastAPI's own 400 is a body it could not parse (e.g. not UTF-8)
+        code = {400: "invalid_json", 404: "not_found"}.get(exc.status_code, "invalid_request")
         return error(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     TranslateRequest = translate_request_model(limits, names, default_beam)  # noqa: N806

@@ -135,7 +135,8 @@ class ErrorResponse(BaseModel):
     """Every 4xx answer: a code, one line to show a person, and the limit it hit if any."""
 
     error: str = Field(description="limit_exceeded | invalid_json | invalid_request | "
-                                   "unknown_model | timeout | queue_full | not_found")
+                                   "unknown_model | timeout | queue_full | not_found "
+                                   "(also for a wrong method, 405)")
     message: str
     limit: str | None = Field(None, description="the limit's name, e.g. max_sentences")
     allowed: int | float | None = Field(None, description="the limit's value")
