@@ -99,13 +99,13 @@ def arm_runs(reproduction: str | Path, seed: int = 0) -> list[tuple[str, str]]:
         raise CheckpointError(f"reproduction={reproduction} {what}: pass the out_dir of a "
                               "seq2seq-reproduce run, e.g. reproduction=runs/reproduce_quick")
     found = []
-    for arm in sorted(arms.iterdir(), key=lambda p: (p.name != "none", p.name)):
+    for arm in sorted((p for p in arms.iterdir() if p.is_dir()), key=lambda p: (p.name != "none", p.name)):
         if any((arm / c).is_file() for c in CHECKPOINTS):
             found.append((arm.name, str(arm)))
             continue
         seeds = {int(m.group(1)): p for p in arm.glob("seed*")
                  if (m := _SEED_DIR.fullmatch(p.name)) and any((p / c).is_file() for c in CHECKPOINTS)}
-        if seed and seed not in seeds:
+        if seed and seeds and seed not in seeds:  # an arm not trained at all is skipped
             raise CheckpointError(f"arm {arm.name} of {reproduction} has no trained seed{seed} "
                                   f"(it has {sorted(seeds) or 'none'}): pass another seed=")
         if seeds:
