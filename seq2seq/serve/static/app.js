@@ -20,6 +20,10 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
+function count(n) {  // 8320320 -> "8.3M", 9878 -> "9.9k"
+  return n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : `${(n / 1e3).toFixed(1)}k`;
+}
+
 function say(message, isError = false) {
   $("status").textContent = message;
   $("status").classList.toggle("error", isError);
@@ -36,7 +40,7 @@ async function loadModels() {
     $("nbest").max = max_nbest;
     $("source").maxLength = max_chars;
     $("loaded").textContent = "Loaded: " + models.map((m) =>
-      `${m.name} (${m.attention}, ${(m.parameters / 1e6).toFixed(1)}M parameters)`).join(" · ");
+      `${m.name} (${m.attention}, ${count(m.parameters)} parameters)`).join(" · ");
   } catch (err) {
     $("loaded").textContent = "Could not reach the server: " + err;
   }
@@ -82,7 +86,7 @@ function card(output, k) {
   const body = [
     el("h2", { id: headingId }, output.model,
       el("span", { class: "kind", text: `${KIND[output.attention] || output.attention}` +
-        (info ? ` · ${(info.parameters / 1e6).toFixed(1)}M parameters` : "") })),
+        (info ? ` · ${count(info.parameters)} parameters` : "") })),
     el("div", { class: "best-row" }, bestText, copy),
     nbestList(sentence.hypotheses, output.model),
   ];
