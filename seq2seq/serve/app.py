@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -141,30 +142,47 @@ def static_files() -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in STATIC}
 
 
+@dataclass
+class Served:
+    """What the endpoints share: the models by name, the limits, the decoding thread."""
+
+    models: dict[str, ServedModel]
+    limits: Limits
+    default_beam: int
+    worker: DecodeWorker
+    started: float = field(default_factory=time.monotonic)
+
+
 def create_app(models: Sequence[ServedModel], limits: Limits, default_beam: int = 5,
                threads: int = 0) -> FastAPI:
     """The app serving ``models`` (names unique) under ``limits``; the decoding thread
     starts and stops with the app (use TestClient as a context manager)."""
     by_name = {m.name: m for m in models}
-    names = list(by_name)
-    worker = DecodeWorker(by_name, limits.max_queue, threads)
-    page = static_files()
-    started = time.monotonic()
+    served = Served(by_name, limits, default_beam, DecodeWorker(by_name, limits.max_queue, threads))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> Any:
-        worker.start()
+        served.worker.start()
         try:
             yield
         finally:
-            await asyncio.to_thread(worker.stop)
+            await asyncio.to_thread(served.worker.stop)
 
     app = FastAPI(title="seq2seq-serve", version="1", lifespan=lifespan, docs_url=None,
                   redoc_url=None, openapi_url="/v1/openapi.json",
                   description="Spanish -> English translation with RNN encoder-decoders whose "
                               "attention is none, bahdanau or luong.")
-    app.state.worker = worker
+    app.state.worker = served.worker
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    add_error_handlers(app, served)
+    add_translate(app, served)
+    add_info(app, served)
+    add_page(app, static_files())
+    return app
+
+
+def add_error_handlers(app: FastAPI, served: Served) -> None:
+    limits, names = served.limits, list(served.models)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Any, exc: RequestValidationError) -> JSONResponse:
@@ -178,7 +196,12 @@ def create_app(models: Sequence[ServedModel], limits: Limits, default_beam: int 
         code = {400: "invalid_json", 404: "not_found"}.get(exc.status_code, "invalid_request")
         return error(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
-    TranslateRequest = translate_request_model(limits, names, default_beam)  # noqa: N806
+
+def add_translate(app: FastAPI, served: Served) -> None:
+    """POST /v1/translate: one job per requested model on the decoding thread, awaited
+    together up to ``limits.timeout_s``."""
+    limits, worker, names = served.limits, served.worker, list(served.models)
+    TranslateRequest = translate_request_model(limits, names, served.default_beam)  # noqa: N806
 
     @app.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
     async def translate(req: TranslateRequest) -> Any:  # type: ignore[valid-type]
@@ -202,23 +225,32 @@ def create_app(models: Sequence[ServedModel], limits: Limits, default_beam: int 
             return error(408, "timeout", f"not decoded within {limits.timeout_s} s "
                          "(limits.timeout_s): send fewer or shorter sentences, or a smaller beam",
                          "timeout_s", limits.timeout_s)
-        outputs = [model_output(by_name[n], r, req.attention) for n, r in zip(wanted, results, strict=True)]
+        outputs = [model_output(served.models[n], r, req.attention)
+                   for n, r in zip(wanted, results, strict=True)]
         return TranslateResponse(beam=req.beam, nbest=req.nbest, outputs=outputs,
                                  elapsed_ms=round(1000 * (time.perf_counter() - t0), 2))
+
+
+def add_info(app: FastAPI, served: Served) -> None:
+    """GET /v1/models and /v1/health."""
 
     @app.get("/v1/models", response_model=ModelsResponse)
     async def list_models() -> ModelsResponse:
         """The loaded models, in the page's order, and this server's limits."""
         infos = [ModelInfo(name=m.name, attention=m.attention, alignment=m.alignment,
                            parameters=m.parameters, runs=m.runs, training=m.training,
-                           settings=m.settings) for m in models]
-        return ModelsResponse(models=infos, limits=limits, default_beam=default_beam)
+                           settings=m.settings) for m in served.models.values()]
+        return ModelsResponse(models=infos, limits=served.limits, default_beam=served.default_beam)
 
     @app.get("/v1/health", response_model=Health)
     async def health() -> Health:
-        return Health(status="ok", models=len(models), waiting_jobs=worker.waiting,
-                      decoded_sentences=worker.decoded_sentences,
-                      uptime_s=round(time.monotonic() - started, 1))
+        return Health(status="ok", models=len(served.models), waiting_jobs=served.worker.waiting,
+                      decoded_sentences=served.worker.decoded_sentences,
+                      uptime_s=round(time.monotonic() - served.started, 1))
+
+
+def add_page(app: FastAPI, page: dict[str, bytes]) -> None:
+    """GET / and /static/{app.js,style.css}, from memory."""
 
     @app.get("/", include_in_schema=False)
     async def index() -> Response:
@@ -229,5 +261,3 @@ def create_app(models: Sequence[ServedModel], limits: Limits, default_beam: int 
         if name not in page or name == "index.html":
             return error(404, "not_found", f"no static file {name!r}")
         return Response(page[name], media_type=STATIC[name], headers=PAGE_HEADERS)
-
-    return app
