@@ -63,6 +63,7 @@ def cfg(**overrides) -> ServeConfig:
     ({"runs": ["a"], "limits": {"timeout_s": 0}}, "limits.timeout_s=0"),
     ({"runs": ["a"], "beam": 11}, "beam=11 must be between 1 and limits.max_beam=10"),
     ({"runs": ["a"], "device": "tpu"}, "device='tpu'"),
+    ({"runs": ["a"], "log_level": "loud"}, "log_level='loud'"),
 ])
 def test_bad_settings_are_config_errors(overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):

@@ -81,6 +81,8 @@ def validate_serve(cfg: Any) -> None:
     _check(cfg.threads >= 0, f"threads={cfg.threads} must be >= 0 (0 = all cores)")
     _check(cfg.device in ("auto", "cpu", "cuda") or cfg.device.startswith("cuda:"),
            f"device={cfg.device!r}: use auto, cpu or cuda")
+    _check(cfg.log_level in ("critical", "error", "warning", "info", "debug"),
+           f"log_level={cfg.log_level!r}: use critical, error, warning, info or debug")
     lim = cfg.limits
     for key in ("max_chars", "max_sentences", "max_beam", "max_nbest", "max_queue"):
         _check(lim[key] >= 1, f"limits.{key}={lim[key]} must be at least 1")

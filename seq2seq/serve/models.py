@@ -16,10 +16,10 @@ from typing import Any
 
 from seq2seq.constants import MAX_BEAM
 from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError
-from seq2seq.translate import SearchSettings, Translation, Translator, check_request
+from seq2seq.translate import SearchSettings, Translation, Translator
 
 __all__ = ["MAX_BEAM", "CheckpointError", "ConfigError", "Seq2SeqError", "ServedModel",
-           "Translation", "check_request", "load_served", "model_specs"]
+           "Translation", "arm_runs", "load_served", "model_specs"]
 
 CHECKPOINTS = ("best.pt", "last.pt")  # what seq2seq-train writes into a run folder
 _SEED_DIR = re.compile(r"seed(\d+)")
