@@ -24,6 +24,7 @@ from seq2seq.config import (
     validate_translate,
 )
 from seq2seq.errors import Seq2SeqError
+from seq2seq.serve.config import register_serve_config, validate_serve
 from seq2seq.training.preempt import Preempted
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -43,6 +44,7 @@ def os_error_message(err: OSError) -> str:
 
 
 register_configs()
+register_serve_config()
 
 
 def run_guarded(
@@ -142,3 +144,11 @@ def average_main(cfg: DictConfig) -> None:
     from seq2seq.runs.average import average_main as _average
 
     run_guarded(_average, cfg, check=validate_average)
+
+
+@hydra.main(config_path=CONFIG_DIR, config_name="serve", version_base="1.3")
+def serve_main(cfg: DictConfig) -> None:
+    """`seq2seq-serve reproduction=<folder>` or `runs=[...]`: the JSON API and the page."""
+    from seq2seq.serve.command import serve_main as _serve
+
+    run_guarded(_serve, cfg, check=validate_serve)
