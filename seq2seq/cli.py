@@ -84,7 +84,15 @@ def train_main(cfg: DictConfig) -> None:
     """`seq2seq-train`: train one model into a run folder."""
     from seq2seq.training.loop import train_main as _train
 
-    run_guarded(lambda c: _train(with_folder_config(c)), sweep_run_dir(cfg))
+    run_guarded(lambda c: _train_process(with_folder_config(c), _train), sweep_run_dir(cfg))
+
+
+def _train_process(cfg: DictConfig, train: Callable[[DictConfig], Any]) -> Any:
+    """The training command's process-wide settings (threads, malloc, denormals), then ``train``."""
+    from seq2seq.runtime import apply_training_settings
+
+    apply_training_settings(cfg.train)
+    return train(cfg)
 
 
 def with_folder_config(cfg: DictConfig) -> DictConfig:
@@ -127,7 +135,13 @@ def evaluate_main(cfg: DictConfig) -> None:
     """`seq2seq-evaluate run=<run folder> split=test beam=5` (or runs=[a,b] to compare)."""
     from seq2seq.evaluation.command import evaluate_main as _evaluate
 
-    run_guarded(_evaluate, cfg, check=validate_evaluate)
+    def _run(c: DictConfig) -> Any:
+        from seq2seq.runtime import set_threads
+
+        set_threads(c.threads)  # the process's setting, made here and nowhere in the library
+        return _evaluate(c)
+
+    run_guarded(_run, cfg, check=validate_evaluate)
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="reproduce", version_base="1.3")
@@ -135,7 +149,7 @@ def reproduce_main(cfg: DictConfig) -> None:
     """`seq2seq-reproduce [profile=quick|paper]`: train the arms, evaluate, write the report."""
     from seq2seq.experiments.reproduce import reproduce_main as _reproduce
 
-    run_guarded(_reproduce, cfg, check=validate_reproduce)
+    run_guarded(lambda c: _train_process(c, _reproduce), cfg, check=validate_reproduce)
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="average", version_base="1.3")

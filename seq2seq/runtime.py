@@ -41,6 +41,27 @@ def set_threads(threads: int) -> int:
     return n
 
 
+def threads_per_rank(threads: int) -> int:
+    """``train.threads`` for this process: 0 (all cores) is split between the ranks that
+    torchrun starts on this node (``LOCAL_WORLD_SIZE``)."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if threads > 0 or local_world == 1:
+        return threads
+    return max(1, len(os.sched_getaffinity(0)) // local_world)
+
+
+def apply_training_settings(train_cfg: Any) -> None:
+    """The process-wide settings of a training command: torch's intra-op threads, glibc's
+    malloc thresholds (:func:`keep_freed_memory`) and, with ``train.flush_denormals``,
+    denormal flushing (which restarts the OpenMP pool). Only command-line entry points
+    call this: library functions (``seq2seq.training.loop.train_main`` included) leave
+    the process as they find it."""
+    set_threads(threads_per_rank(train_cfg.threads))
+    keep_freed_memory()
+    if train_cfg.flush_denormals:
+        flush_denormals()
+
+
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 

@@ -163,7 +163,7 @@ def decode_run(run: Any, split_name: str, ev: Any, name: str | None = None
     ``ev`` holds the EvalConfig fields (beam, alpha, max_len_ratio, max_len_extra,
     batch_tokens, device, threads). The cache lives in ``<run folder>/eval/cache/``.
     """
-    from seq2seq.runtime import resolve_device, set_threads
+    from seq2seq.runtime import resolve_device
 
     _, _, split = run_split(run, split_name)
     paths, identity = _identity(run)
@@ -177,7 +177,6 @@ def decode_run(run: Any, split_name: str, ev: Any, name: str | None = None
         log.info("%s on %s: reusing the decoding in %s", name, split_name, cache)
         return split, _system(name, Decoded.from_dict(payload), True, source)
     device = resolve_device(ev.device)
-    set_threads(ev.threads)
     model, tokenizers, _ = load_models([str(p) for p in paths], device=device)
     log.info("%s on %s: decoding %d sentences (beam %d) on %s", name, split_name,
              len(split.sources), ev.beam, device)

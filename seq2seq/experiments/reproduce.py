@@ -36,7 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq import atomic
+from seq2seq import atomic, runtime
 from seq2seq.config import BOOKKEEPING_KEYS, Config
 from seq2seq.config import CONFIG_DIR as CONFIG_DIR_NAME
 from seq2seq.errors import ConfigError
@@ -163,6 +163,7 @@ def train_arm(name: str, arm_cfg: DictConfig) -> dict[str, Any]:
     """
     from seq2seq.training.loop import train_main
 
+    runtime.set_threads(runtime.threads_per_rank(arm_cfg.train.threads))  # after a decoding
     run_dir = Path(arm_cfg.run_dir)
     phase_file = run_dir / PHASE_FILE
     summary_file = run_dir / "summary.json"
@@ -219,6 +220,7 @@ def decode_systems(cfg: DictConfig, split_name: str, timings: dict[str, Any],
     tag = "" if seed is None else f" seed{seed}"
     systems: dict[str, SystemOutput] = {}
     split = None
+    runtime.set_threads(ev.threads)  # this command's setting for decoding (eval.threads)
     for name in cfg.reproduce.arms:
         split, systems[name] = decode_run(arm_dir(out_dir, name, seed), split_name, ev, name)
         timings[f"decode {name} {split_name}{tag}"] = _timing(systems[name])

@@ -99,14 +99,6 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def threads_per_rank(threads: int) -> int:
-    """``train.threads`` for this process: 0 (all cores) is split between the node's ranks."""
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if dist.is_initialized() else 1
-    if threads > 0 or local_world == 1:
-        return threads
-    return max(1, len(os.sched_getaffinity(0)) // local_world)
-
-
 @contextlib.contextmanager
 def rank0_first() -> Iterator[None]:
     """Rank 0 runs the block first (it may train a tokenizer or write caches); the others

@@ -35,7 +35,7 @@ from seq2seq.runs.checkpoint import (
     run_identity,
 )
 from seq2seq.runs.log import RunLog
-from seq2seq.runtime import resolve_device, seed_everything, set_threads
+from seq2seq.runtime import resolve_device, seed_everything
 from seq2seq.training import distributed, precision
 from seq2seq.training.optim import build_optimizer
 
@@ -114,9 +114,9 @@ def _setup_claimed(cfg: DictConfig, device: torch.device) -> Run:
     t = cfg.train
     run_dir = Path(cfg.run_dir)
     resume_from = runfolder.resume_checkpoint(run_dir, t.resume, t.resume_from)
-    threads = set_threads(distributed.threads_per_rank(t.threads))
-    runtime.keep_freed_memory()
-    flushed = t.flush_denormals and runtime.flush_denormals()
+    # the command line applied the process-wide settings (runtime.apply_training_settings)
+    threads = torch.get_num_threads()
+    flushed = t.flush_denormals and runtime.denormals_flushed()
     with distributed.rank0_first():  # only one rank trains a missing tokenizer or fills caches
         corpus = load_corpus(cfg.data)
         ckpt = load_checkpoint(resume_from) if resume_from else None
@@ -166,8 +166,9 @@ def write_run_info(run: Run, threads: int, flushed: bool) -> None:
     run.log.info("device %s, %d threads%s; %s attention, %d parameters", run.device, threads,
                  ", denormals flushed" if flushed else "", run.cfg.model.attention.name, n_params)
     if run.cfg.train.flush_denormals and not flushed:
-        run.log.warning("train.flush_denormals=true could not be applied on this CPU/build: "
-                        "training runs with denormal arithmetic (slower on x86)")
+        run.log.warning("train.flush_denormals=true but denormals are not flushed (seq2seq-train "
+                        "sets it; this CPU/build may not allow it): training runs with denormal "
+                        "arithmetic (slower on x86)")
     run.log.info("training pairs: %d kept, %d dropped (longer than %d source words or empty); "
                  "dev pairs: %d", len(d.train_idx), d.dropped, run.cfg.train.max_src_words,
                  len(d.valid_idx))
