@@ -2,13 +2,12 @@
 
 The YAML files under ``configs/`` only set values; these schemas give every key
 its type, so a typo or a wrong type fails when the config is composed, not an
-hour into training. Range checks live in :func:`validate`; names that belong to
-one module (attention names, corpus kinds) are checked by that module.
+hour into training; settings with a fixed set of values are StrEnums, which OmegaConf
+checks too. Range checks are in :mod:`seq2seq.config.checks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -17,11 +16,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from seq2seq.constants import MAX_BEAM
-from seq2seq.errors import ConfigError
-
 # The YAML side of every config: configs/ beside the package (an editable install).
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
 
 # Settings with a fixed set of values. OmegaConf refuses any other value when the config
@@ -229,8 +225,8 @@ class TranslateConfig:
     history_file: str = "~/.cache/seq2seq/translate_history"  # REPL line history; "" = none kept
     device: str = "cpu"  # cpu | cuda | auto (startup is fastest on cpu)
     # torch intra-op threads; 0 = all cores; -1 = auto: 1 for the prompt and the filter (one
-    # sentence at a time is small matrix work: 2 threads on a busy 2-core machine decoded
-    # 30-50x slower than 1), all cores for file mode (batches are big matrix work)
+    # sentence at a time is small matrix work that more threads only slow down on a busy
+    # machine, docs/performance.md#decoding), all cores for file mode (big batches)
     threads: int = -1
 
 
@@ -328,121 +324,3 @@ def register_configs() -> None:
     cs.store(name="reproduce_schema", node=ReproduceAppConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="average_schema", node=AverageConfig)
-
-
-def check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
-
-
-def validate_model(m: Any) -> None:
-    """Range checks of a ModelConfig (names and types are OmegaConf's): the one check that
-    both the training command and :func:`seq2seq.model.build_model` run."""
-    for key in ("emb_size", "hidden_size", "enc_layers", "dec_layers"):
-        check(m[key] > 0, f"model.{key}={m[key]} must be a positive integer")
-    check(0.0 <= m.dropout < 1.0, f"model.dropout={m.dropout} must be in [0, 1)")
-    check(m.attention.attn_size >= 0, f"model.attention.attn_size={m.attention.attn_size} must be >= 0")
-
-
-def validate(cfg: Any) -> None:
-    """Range checks that a type alone cannot express; raises ConfigError with the fix."""
-    t, tok, d = cfg.train, cfg.tokenizer, cfg.data
-    validate_model(cfg.model)
-    check(tok.vocab_size >= 16, f"tokenizer.vocab_size={tok.vocab_size} is too small (>= 16)")
-    check(t.batch_tokens > 0, f"train.batch_tokens={t.batch_tokens} must be positive")
-    check(t.lr > 0, f"train.lr={t.lr} must be positive")
-    check(0.0 < t.lr_decay < 1.0, f"train.lr_decay={t.lr_decay} must be in (0, 1): the factor "
-           "the plateau schedule multiplies the learning rate by")
-    check(t.threads >= 0, f"train.threads={t.threads} must be >= 0 (0 = all cores)")
-    check(t.save_every_minutes >= 0, f"train.save_every_minutes={t.save_every_minutes} must "
-           "be >= 0 (0 = at validations only)")
-    check(0.0 <= t.label_smoothing < 1.0, f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")
-    check(0.0 < t.teacher_forcing <= 1.0, f"train.teacher_forcing={t.teacher_forcing} must be in (0, 1]")
-    check(t.max_src_words > 0, f"train.max_src_words={t.max_src_words} must be positive")
-    check_device(t.device, "train.device")
-    check(d.max_len_ratio >= 1.0, f"data.max_len_ratio={d.max_len_ratio} must be >= 1")
-    check(0 < d.min_words <= d.max_words, "data.min_words must be positive and <= data.max_words")
-
-
-def validate_eval(ev: Any) -> None:
-    """Range checks of the decoding and scoring settings (EvalConfig)."""
-    check_beam(ev.beam)
-    check(ev.alpha >= 0, f"alpha={ev.alpha} must be >= 0 (0 = no length penalty)")
-    check(ev.max_len_ratio > 0, f"max_len_ratio={ev.max_len_ratio} must be positive")
-    check(ev.max_len_extra >= 0, f"max_len_extra={ev.max_len_extra} must be >= 0")
-    check(ev.batch_tokens > 0, f"batch_tokens={ev.batch_tokens} must be positive")
-    check(ev.n_boot >= 1, f"n_boot={ev.n_boot} must be >= 1 (1000 is the default)")
-    check_device(ev.device)
-
-
-def validate_evaluate(cfg: Any) -> None:
-    """`seq2seq-evaluate`: exactly one of run= / runs=, and valid decoding settings."""
-    validate_eval(cfg)
-    check((cfg.run is None) != (len(cfg.runs) == 0),
-           "pass one run folder as run=<folder>, or several as runs=[<folder>,<folder>]")
-    check_run_value(cfg.run)
-    check(not cfg.names or len(cfg.names) == max(len(cfg.runs), 1),
-           f"names={list(cfg.names)} must give one name per run")
-
-
-def validate_reproduce(cfg: Any) -> None:
-    """`seq2seq-reproduce`: the base training config, the eval settings and the arms."""
-    validate(cfg)
-    validate_eval(cfg.eval)
-    arms = cfg.reproduce.arms
-    check(len(arms) > 0, "reproduce.arms is empty: choose a profile (profile=quick) or add arms")
-    for name, arm in arms.items():
-        check(arm.max_src_words >= 0, f"reproduce.arms.{name}.max_src_words must be >= 0")
-        check(not arm.baseline or arm.baseline in arms,
-               f"reproduce.arms.{name}.baseline={arm.baseline!r} is not an arm; "
-               f"use one of {list(arms)} or ''")
-    check(len(cfg.reproduce.splits) > 0, "reproduce.splits is empty: evaluate on at least test")
-
-
-def validate_translate(cfg: Any) -> None:
-    """`seq2seq-translate`: a run to load and valid decoding settings (TranslateConfig)."""
-    check(bool(cfg.run), "no model given: pass run=<run folder or checkpoint>, e.g. "
-           "seq2seq-translate run=runs/short_bahdanau")
-    check_beam(cfg.beam, cfg.nbest)
-    check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
-    check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
-    check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
-    check(cfg.max_src_tokens >= 0,
-           f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
-    check(cfg.threads >= -1, f"threads={cfg.threads} must be >= -1 (-1 = auto, 0 = all cores)")
-    check_device(cfg.device)
-    check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
-    check_run_value(cfg.run)
-
-
-def check_device(name: str, key: str = "device") -> None:
-    """A device setting names auto, cpu, cuda or cuda:N (seq2seq.runtime.resolve_device
-    turns it into a torch device)."""
-    check(name in ("auto", "cpu", "cuda") or name.startswith("cuda:"),
-           f"{key}={name!r}: use auto, cpu or cuda")
-
-
-def check_beam(beam: int, nbest: int = 1) -> None:
-    """The one beam/nbest check of every command, the prompt and the Python API:
-    ConfigError unless 1 <= nbest <= beam <= MAX_BEAM (beam 1 is greedy search)."""
-    check(1 <= beam <= MAX_BEAM, f"beam={beam}: the beam size must be between 1 (greedy) "
-           f"and {MAX_BEAM}")
-    check(1 <= nbest <= beam, f"nbest={nbest} with beam={beam}: nbest must be between 1 and "
-           "the beam size; raise the beam or lower nbest")
-
-
-def check_run_value(run: Any) -> None:
-    """``run=``: one path, or a non-empty list of paths (an ensemble)."""
-    if run is None or isinstance(run, str):
-        return
-    members = list(run) if isinstance(run, Sequence) else [run]
-    check(len(members) > 0 and all(isinstance(m, str) and m for m in members),
-           f"run={members}: give a run folder, or a list of run folders for an ensemble "
-           "(run=[runs/a,runs/b])")
-
-
-def validate_average(cfg: Any) -> None:
-    """`seq2seq-average`: a run with ``last`` >= 1, or explicit checkpoint files."""
-    check(bool(cfg.run) or len(cfg.checkpoints) > 0,
-           "pass run=<run folder> (with last=N) or checkpoints=[a.pt,b.pt]")
-    check(cfg.last >= 1, f"last={cfg.last} must be at least 1")
