@@ -40,6 +40,7 @@ import bench_ours
 import torch
 
 from seq2seq.errors import ConfigError, Seq2SeqError
+from seq2seq.runtime import cpu_description
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -299,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"args": vars(args), "torch": torch.__version__,
-                               "load_average": os.getloadavg()}
+                               "cpu": cpu_description(), "load_average": os.getloadavg()}
     results["matmul"] = rates = ceiling(args)
     print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s, "
           f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s ({args.threads} threads)")

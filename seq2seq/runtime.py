@@ -71,8 +71,8 @@ def keep_freed_memory() -> bool:
 
     A training step frees and re-allocates the same tensors of a few MB every batch. By
     default glibc trims the freed top of its heaps and maps larger blocks afresh, so
-    every step faults the same pages back in zero-filled: 13-19 thousand page faults per
-    Luong batch of the benchmark (~60 MB), a few percent of a CPU step. Blocks up to
+    every step faults the same pages back in zero-filled, thousands of page faults per
+    batch (docs/performance.md#keeping-freed-memory). Blocks up to
     32 MiB (glibc's largest threshold) then come from the heap and freed memory stays
     mapped (the process keeps its peak footprint, which a training job reaches every
     step anyway). Returns False where this is not glibc; a no-op there.
@@ -121,11 +121,10 @@ def flush_denormals() -> bool:
 
     Why: backpropagating through a ~45-step decoder loop and the encoder's recurrence
     leaves many gradient entries that small, above all in the first tens of steps of a
-    run, and x86 cores take a slow microcode path for arithmetic on a denormal.
-    Measured on real Luong batches (2 cores, separate processes): over steps 4-23 of a
-    fresh model 3.6-3.9k -> 4.5-5.3k target tokens/s (without it, steps 7-19 took
-    ~1.0 s instead of ~0.6 s); from a model trained ~200 steps, 4.4-4.6k -> 4.6-4.8k
-    (x1.04). Values that small are far below anything an Adam update can resolve.
+    run, and x86 cores take a slow microcode path for arithmetic on a denormal. Flushing
+    them speeds up early training most and later training a little
+    (docs/performance.md#denormal-flushing). Values that small are far below anything an
+    Adam update can resolve.
 
     The flag lives in each thread's MXCSR register, and a new thread copies its
     creator's. torch sets it only for the calling thread, so the OpenMP worker threads
@@ -144,7 +143,8 @@ def flush_denormals() -> bool:
 def bf16_supported(device: torch.device) -> bool:
     """Whether bf16 matmuls are native here: CUDA with bf16, or a CPU with AVX512-BF16/AMX.
 
-    Elsewhere bf16 is emulated and slower than fp32, so autocast would only cost accuracy.
+    Elsewhere bf16 is emulated and slower than fp32, so autocast would only cost accuracy
+    (docs/performance.md#bf16-autocast-trainprecisionauto).
     """
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
@@ -157,7 +157,8 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
     """bf16 autocast on ``device`` when ``enabled`` (and supported); a no-op otherwise.
 
     Parameters, gradients and the optimizer stay fp32; matmuls (the RNN gates, attention,
-    the output layer) run in bf16, which on AMX CPUs is ~1.3-1.6x faster per training step.
+    the output layer) run in bf16, which on CPUs with native bf16 (AMX) usually makes a
+    training step faster (docs/performance.md#bf16-autocast-trainprecisionauto).
     """
     if enabled and bf16_supported(device):
         return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -8,7 +8,7 @@ from seq2seq.corpus.osis import clean_osis, lemma_ids
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        # the GUIDE's case: tags between two words must leave a space
+        # removing a tag between two words must leave a space between them
         ("Jehová<transChange>es</transChange><w>para", "Jehová es para"),
         # RV1909 Zech 14:5 as stored: </w> then an added word
         ('<w lemma="strong:H3068">porque Jehová</w><transChange type="added">será</transChange>'

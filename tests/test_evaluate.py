@@ -14,11 +14,10 @@ from seq2seq.evaluation.metrics import (
     BUCKET_LABELS,
     bucket_label,
     bucket_of,
-    paired_test,
-    ratio_trend_test,
     score_buckets,
     sentence_scores,
 )
+from seq2seq.evaluation.significance import paired_test, ratio_trend_test
 
 VOCAB = [f"w{i}" for i in range(300)] + ["the", "and", "of", "unto", "he", "said"]
 RANGES = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, 70)]

@@ -22,6 +22,7 @@ from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, PAD_ID
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.model import build_model, count_parameters
+from seq2seq.model.fast import _length_mask
 
 V = 17
 
@@ -115,15 +116,16 @@ def test_encoder_equals_packed_reference(rnn, bidirectional):
                     getattr(ref, f"{name}_l{layer}_reverse").copy_(
                         getattr(enc.bwd[layer], f"{name}_l0"))
     src, lens, _ = _batch()
-    memory = model.encode(src, lens)
+    states_ours, final_ours = enc(src, lens, _length_mask(lens, src.size(1)))
     packed = pack_padded_sequence(enc.embedding(src), lens, batch_first=True,
                                   enforce_sorted=False)
     out, h_n = ref(packed)
     states, _ = pad_packed_sequence(out, batch_first=True, total_length=7)
     h_n = h_n[0] if rnn == "lstm" else h_n
     final = torch.cat(list(h_n[-(2 if bidirectional else 1):]), dim=-1)
-    torch.testing.assert_close(memory.states, states)
-    torch.testing.assert_close(memory.final, final)
+    torch.testing.assert_close(states_ours, states)
+    torch.testing.assert_close(final_ours, final)
+    torch.testing.assert_close(model.encode(src, lens).final, final)
 
 
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
@@ -140,8 +142,10 @@ def test_padding_and_batch_companions_do_not_matter(att, rnn):
     torch.testing.assert_close(alone[0], logits[1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(padded[0], logits[1], rtol=1e-5, atol=1e-5)
     mem_alone = model.encode(src[1:2, :3], lens[1:2])
-    torch.testing.assert_close(mem_alone.states[0], memory.states[1, :3], rtol=1e-5, atol=1e-5)
-    assert bool((memory.states[1, 3:] == 0).all())
+    states, _ = model.encoder(src, lens, _length_mask(lens, src.size(1)))
+    states_alone, _ = model.encoder(src[1:2, :3], lens[1:2], _length_mask(lens[1:2], 3))
+    torch.testing.assert_close(states_alone[0], states[1, :3], rtol=1e-5, atol=1e-5)
+    assert bool((states[1, 3:] == 0).all())
     torch.testing.assert_close(mem_alone.final[0], memory.final[1], rtol=1e-5, atol=1e-5)
 
 
@@ -303,18 +307,6 @@ def test_runs_under_bf16_autocast(att):
     assert logits.shape == (4, 6, V) and step_logits.shape == (4, V)
     logits.float().sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
-
-
-@pytest.mark.parametrize("att", ATTENTIONS[:3], ids=_ids)
-def test_tgt_mask_returns_the_logits_of_real_tokens_only(att):
-    model = _model(att).double().eval()
-    src, lens, tgt_in = _batch()
-    tgt_in[1, 4:] = PAD_ID
-    mask = tgt_in != PAD_ID
-    full = model(src, lens, tgt_in)
-    packed = model(src, lens, tgt_in, tgt_mask=mask)
-    assert packed.shape == (int(mask.sum()), V)
-    torch.testing.assert_close(packed, full[mask])
 
 
 def test_luong_deep_output_reads_the_previous_embedding():

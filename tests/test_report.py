@@ -11,11 +11,10 @@ import pytest
 from seq2seq.errors import DataError
 from seq2seq.evaluation.metrics import (
     BUCKET_LABELS,
-    paired_test,
-    ratio_trend_test,
     score_buckets,
     sentence_scores,
 )
+from seq2seq.evaluation.significance import paired_test, ratio_trend_test
 from seq2seq.evaluation.tables import (
     CSV_FIELDS,
     diagnostics_table,

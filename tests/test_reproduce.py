@@ -15,6 +15,7 @@ from seq2seq.config import CONFIG_DIR, validate_reproduce
 from seq2seq.errors import ConfigError
 from seq2seq.evaluation import tables as report
 from seq2seq.evaluation.command import Split, SystemOutput, compare, score_system
+from seq2seq.experiments import arms as arms_mod
 from seq2seq.experiments import reproduce
 from seq2seq.experiments.report import criteria, render_report
 from seq2seq.runs.log import read_dev_buckets
@@ -31,13 +32,13 @@ def reproduce_cfg(*overrides: str):
 @pytest.mark.parametrize("profile", ["quick", "paper"])
 def test_arms_share_everything_but_attention_and_length_cap(profile: str, tmp_path) -> None:
     cfg = reproduce_cfg(f"profile={profile}", f"reproduce.out_dir={tmp_path}")
-    arms = reproduce.arm_configs(cfg)
+    arms = arms_mod.arm_configs(cfg)
     assert list(arms) == list(cfg.reproduce.arms)
     plain = {n: OmegaConf.to_container(a, resolve=True) for n, a in arms.items()}
     first = next(iter(plain.values()))
     for name, arm in plain.items():
         spec = cfg.reproduce.arms[name]
-        group = OmegaConf.load(reproduce.CONFIG_DIR / "model" / "attention" / f"{spec.attention}.yaml")
+        group = OmegaConf.load(arms_mod.CONFIG_DIR / "model" / "attention" / f"{spec.attention}.yaml")
         assert arm["model"]["attention"] == {**arm["model"]["attention"], **group}
         assert arm["run_dir"] == str(tmp_path / "arms" / name)
         assert arm["train"]["max_src_words"] == (spec.max_src_words or cfg.train.max_src_words)
@@ -64,7 +65,7 @@ def test_profiles_set_the_published_sizes() -> None:
 def test_bad_arms_are_config_errors(tmp_path) -> None:
     cfg = reproduce_cfg(f"reproduce.out_dir={tmp_path}", "reproduce.arms.luong.attention=lstm")
     with pytest.raises(ConfigError, match="use one of"):
-        reproduce.arm_configs(cfg)
+        arms_mod.arm_configs(cfg)
     with pytest.raises(ConfigError, match="is not an arm"):
         reproduce_cfg("reproduce.arms.luong.baseline=nobody")
 
@@ -88,15 +89,15 @@ def test_finished_arms_are_skipped_and_half_trained_arms_resume(tmp_path, monkey
     calls: list = []
     monkeypatch.setattr(seq2seq.training.loop, "train_main", _fake_trainer(calls))
     cfg = reproduce_cfg(f"reproduce.out_dir={tmp_path}")
-    arms = reproduce.arm_configs(cfg)
+    arms = arms_mod.arm_configs(cfg)
     (tmp_path / "arms" / "bahdanau").mkdir(parents=True)
     (tmp_path / "arms" / "bahdanau" / "last.pt").write_bytes(b"interrupted")
     for name, arm_cfg in arms.items():
-        summary = reproduce.train_arm(name, arm_cfg)
+        summary = arms_mod.train_arm(name, arm_cfg)
         assert summary["parameters"] == 123 and summary["steps"] == 3
     assert calls == [("none", False), ("bahdanau", True), ("luong", False)]
-    for name, arm_cfg in reproduce.arm_configs(cfg).items():  # a second run trains nothing
-        assert reproduce.train_arm(name, arm_cfg)["steps"] == 3
+    for name, arm_cfg in arms_mod.arm_configs(cfg).items():  # a second run trains nothing
+        assert arms_mod.train_arm(name, arm_cfg)["steps"] == 3
     assert len(calls) == 3
 
 
@@ -105,10 +106,10 @@ def test_a_finished_arm_with_other_settings_is_refused(tmp_path, monkeypatch) ->
 
     monkeypatch.setattr(seq2seq.training.loop, "train_main", _fake_trainer([]))
     cfg = reproduce_cfg(f"reproduce.out_dir={tmp_path}")
-    reproduce.train_arm("none", reproduce.arm_configs(cfg)["none"])
+    arms_mod.train_arm("none", arms_mod.arm_configs(cfg)["none"])
     bigger = reproduce_cfg(f"reproduce.out_dir={tmp_path}", "model.hidden_size=300")
     with pytest.raises(ConfigError, match=r"model.hidden_size differ.*reproduce.out_dir"):
-        reproduce.train_arm("none", reproduce.arm_configs(bigger)["none"])
+        arms_mod.train_arm("none", arms_mod.arm_configs(bigger)["none"])
 
 
 # -------------------------------------------------------- criteria and the report
@@ -207,7 +208,8 @@ def test_report_opens_with_the_verdict_in_plain_words(synthetic_results) -> None
 def test_report_has_every_section(synthetic_results) -> None:
     text = render_report(synthetic_results)
     for needle in ("## What was run", "## Arms", "BLEU and chrF by source length: test",
-                   "## Beyond the training length: test_long", "## GUIDE §4 criteria",
+                   "## Beyond the training length: test_long",
+                   "## Criteria (docs/evaluation-protocol.md)",
                    "## Timings", "BLEU signature: `nrefs:1", "bahdanau p", "**PASS**",
                    "**FAIL**", "from an earlier run (reused)", "| 51+ | 40 |"):
         assert needle in text, needle
@@ -278,7 +280,8 @@ def test_reproduce_end_to_end_writes_the_report(tiny_reproduction) -> None:
     assert results["splits"]["test_long"]["count"] > 0
     assert {r["id"] for r in results["criteria"]} == {1, 2, 3, 4}
     report_md = (out / "report.md").read_text()
-    assert "## GUIDE §4 criteria" in report_md and "BLEU signature" in report_md
+    assert "## Criteria (docs/evaluation-protocol.md)" in report_md
+    assert "BLEU signature" in report_md
     assert (out / "bleu_vs_length.png").read_bytes()[:4] == b"\x89PNG"
     # every arm logged dev BLEU by bucket at its validations (steps 3 and 6), and the
     # reproduction drew them against training time
@@ -421,7 +424,7 @@ def test_paper_profile_trains_a_couple_of_steps_on_cpu(tmp_path) -> None:
     from seq2seq.corpus.build import build_main
 
     build_main(cfg)
-    arms = reproduce.arm_configs(cfg)
+    arms = arms_mod.arm_configs(cfg)
     run = train_main(arms["RNNsearch-30"])
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
     saved = OmegaConf.load(run / "config.yaml")

@@ -20,7 +20,8 @@ from typing import Any
 
 from seq2seq.corpus.pair import Pair, ref_bounds
 
-# Source-length buckets in whitespace words (GUIDE §4); None = no upper bound.
+# Source-length buckets in whitespace words (docs/evaluation-protocol.md#length-buckets);
+# None = no upper bound.
 BUCKETS: tuple[tuple[int, int | None], ...] = (
     (1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, None),
 )

@@ -120,8 +120,9 @@ class SwordLibrary:
             raise DataError(
                 f"SWORD module {name} in {self.path} is unreadable ({err}): {INSTALL_HINT}"
             ) from err
-        # pysword decompresses the whole book block for every verse it returns; caching
-        # the last blocks turns a minute per module into a fraction of a second.
+        # pysword decompresses the whole book block for every verse it returns, so reading
+        # a module verse by verse is slow; caching the last blocks decompresses each block
+        # once (docs/performance.md#corpus-build).
         bible._decompressed_text = functools.lru_cache(maxsize=4)(bible._decompressed_text)
         self._bibles[name] = bible
         return bible

@@ -67,9 +67,6 @@ class SpmTokenizer:
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(int(i))
 
-    def piece_to_id(self, piece: str) -> int:
-        return self._sp.piece_to_id(piece)
-
     @property
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()

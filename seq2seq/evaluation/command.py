@@ -12,13 +12,14 @@ bucket) and ``table.md``, which is also printed.
 
 Several runs (``runs=[a,b,c]``) are each evaluated as above, then compared in
 ``out_dir`` (default ``runs/compare/<split>-beam<k>-<names>``): a paired bootstrap test per
-bucket against ``baseline`` (default: the first run) and the BLEU-ratio trend test of
-GUIDE §4 for every other system. ``apertium=true`` adds the Apertium baseline.
+bucket against ``baseline`` (default: the first run) and the BLEU-ratio trend test for
+every other system (docs/evaluation-protocol.md#criterion-2-the-bottleneck-grows-with-length).
+``apertium=true`` adds the Apertium baseline.
 
 Decodings are cached in ``<run>/eval/cache/``, keyed by the checkpoint's content,
 the split's fingerprint and the search settings, so scoring again (or an interrupted
-``seq2seq-reproduce``) does not decode again. Scoring itself is :mod:`seq2seq.evaluation.metrics`;
-tables and files are :mod:`seq2seq.evaluation.tables`.
+``seq2seq-reproduce``) does not decode again. Scoring itself is :mod:`seq2seq.evaluation.metrics`
+and :mod:`seq2seq.evaluation.significance`; tables and files are :mod:`seq2seq.evaluation.tables`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from seq2seq.corpus.batching import cache_key
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.evaluation import apertium
 from seq2seq.evaluation import tables as report
-from seq2seq.evaluation.metrics import paired_test, ratio_trend_test, score_buckets, sentence_scores
+from seq2seq.evaluation.metrics import score_buckets, sentence_scores
+from seq2seq.evaluation.significance import paired_test, ratio_trend_test
 from seq2seq.inference.decode import Decoded, decode
 from seq2seq.inference.ensemble import load_models, run_list
 from seq2seq.runs.checkpoint import (
@@ -227,8 +229,9 @@ def score_system(split: Split, system: SystemOutput, ev: Any) -> dict[str, Any]:
 def compare(split: Split, systems: Mapping[str, SystemOutput], baseline: str, ev: Any
             ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Paired bootstrap of every system against ``baseline``, and the ratio-trend test
-    (GUIDE §4 criterion 2) of every other model run against it; a trend that cannot be
-    computed (no 11-20 or 41+ sources in the split) is ``{"error": why}``."""
+    (docs/evaluation-protocol.md#criterion-2-the-bottleneck-grows-with-length) of every other
+    model run against it; a trend that cannot be computed (no 11-20 or 41+ sources in the
+    split) is ``{"error": why}``."""
     hyps = {name: s.hypotheses for name, s in systems.items()}
     comparison = paired_test(split.sources, split.references, hyps, baseline, n_boot=ev.n_boot,
                              seed=ev.boot_seed, trg_lang=split.tgt_lang)

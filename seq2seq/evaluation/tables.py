@@ -2,8 +2,8 @@
 
 Inputs are the plain dicts that evaluate returns: ``scores_by_system`` maps a system name
 to a :func:`~seq2seq.evaluation.metrics.score_buckets` result, ``comparison`` is a
-:func:`~seq2seq.evaluation.metrics.paired_test` result and ``trend`` a
-:func:`~seq2seq.evaluation.metrics.ratio_trend_test` result. Nothing here computes a score.
+:func:`~seq2seq.evaluation.significance.paired_test` result and ``trend`` a
+:func:`~seq2seq.evaluation.significance.ratio_trend_test` result. Nothing here computes a score.
 """
 
 from __future__ import annotations
@@ -214,7 +214,8 @@ def diagnostics_table(scores_by_system: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def trend_summary(trend: Mapping[str, Any]) -> str:
-    """One markdown sentence for the ratio-trend test (GUIDE §4 criterion 2)."""
+    """One markdown sentence for the ratio-trend test
+    (docs/evaluation-protocol.md#criterion-2-the-bottleneck-grows-with-length)."""
     lo, hi = trend["ci"]
     verdict = "significant" if trend["p_value"] < 0.05 else "not significant"
     return (

@@ -28,7 +28,7 @@ from seq2seq.experiments.verdict import (
 )
 
 APERTIUM = "apertium"
-MIN_RELATIVE_GAIN = 0.30  # GUIDE §4 criterion 1
+MIN_RELATIVE_GAIN = 0.30  # docs/evaluation-protocol.md#criterion-1-attention-beats-the-fixed-vector
 TEST, TEST_LONG = "test", "test_long"
 
 
@@ -79,7 +79,8 @@ def _beats_apertium(results: Mapping[str, Any], arm: str) -> dict[str, Any]:
 
 
 def criteria(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The GUIDE §4 criteria, judged from the numbers: one row per criterion and arm.
+    """The four criteria, judged from the numbers: one row per criterion and arm
+    (docs/evaluation-protocol.md#the-four-criteria).
 
     1: attention >= +30% relative BLEU over its baseline on test; 2: the attention/none
     BLEU ratio is higher on 41+ words than on 11-20, significantly (one-sided p < 0.05);
@@ -219,7 +220,7 @@ def _long_section(split: Mapping[str, Any]) -> list[str]:
 
 
 def _criteria_section(rows: list[dict[str, Any]], seeds: bool = False) -> list[str]:
-    lines = ["## GUIDE §4 criteria", ""]
+    lines = ["## Criteria (docs/evaluation-protocol.md)", ""]
     if seeds:
         lines += ["Judged on the seed means (BLEU, length ratio); p-values and the ratio "
                   "trend come from the tests pooled across seeds.", ""]

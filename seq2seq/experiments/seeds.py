@@ -15,7 +15,7 @@ module turns those per-seed results into one view:
   ``(k, i)`` is sentence ``i`` translated by seed ``k``'s model of every arm (Apertium,
   which has no seed, is repeated). So ``sys_seed_k`` is always paired with
   ``base_seed_k`` on the same sentence, and sacrebleu's paired bootstrap
-  (:func:`seq2seq.evaluation.metrics.paired_test`, and the ratio-trend test) runs unchanged on the
+  (:func:`seq2seq.evaluation.significance.paired_test`, and the ratio-trend test) runs unchanged on the
   stacked sufficient statistics, resampling ``(seed, sentence)`` rows. Its point scores are
   the corpus scores of the pooled sample (close to, not equal to, the seed mean). The
   resampling treats the ``K`` copies of a sentence as independent rows; it captures the

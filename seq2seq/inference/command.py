@@ -60,8 +60,9 @@ def translator_from_config(cfg: Any, batched: bool = False) -> Translator:
 
 def run_interactive(cfg: Any) -> None:
     """The prompt, shown at once while torch and the model load in a background thread
-    (importing torch alone takes 1.5-3 s on a CPU machine); the first translation waits
-    for the load, and a failed load ends the session with its one-line error."""
+    (importing torch alone takes seconds on a CPU machine; docs/performance.md#decoding);
+    the first translation waits for the load, and a failed load ends the session with its
+    one-line error."""
     from concurrent.futures import ThreadPoolExecutor
 
     from seq2seq.inference.prompt import Repl

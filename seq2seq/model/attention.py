@@ -121,8 +121,9 @@ class _StepScores(torch.autograd.Function):
     """scores (B, S) = K (B, S, Q) · q (B, Q) for one step, with a faster backward for q.
 
     Autograd's backward of bmm(K, q) forms grad q = Kᵀ g as a bmm over a transposed
-    (B, Q, S) view, which torch's CPU kernels run several times slower than the same
-    product written g (B, 1, S) · K (B, S, Q) (measured: 9% of a Luong training step).
+    (B, Q, S) view, which torch's CPU kernels run much slower than the same product
+    written g (B, 1, S) · K (B, S, Q); in a Luong training step the difference shows
+    (docs/performance.md#luong-step-scores-with-a-hand-written-backward).
     """
 
     @staticmethod
@@ -145,7 +146,8 @@ class BilinearScorer(nn.Module):
     """e_j = qᵀ K_j with K_j = W h_j (``general``) or h_j (``dot``), optionally / sqrt(d).
 
     ``dot`` needs equal sizes; when the bidirectional encoder (2H) and the decoder (H)
-    differ, h_j is projected to the decoder size first, as GUIDE §2 says for concat.
+    differ, h_j is projected to the decoder size first, as Luong's concat score does
+    when sizes differ.
     """
 
     def __init__(self, query_size: int, key_size: int, project: bool, scale: bool) -> None:

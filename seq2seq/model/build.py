@@ -28,7 +28,7 @@ def _as_config(model_cfg: Any) -> DictConfig:
     except OmegaConfBaseException as err:  # a typo'd key or a wrong type
         first_line = str(err.msg).splitlines()[0]
         raise ConfigError(f"bad model config: {first_line} (model.{err.full_key}); see "
-                          "ModelConfig in seq2seq/config.py for the keys and types") from None
+                          "ModelConfig in seq2seq/config/schema.py for the keys and types") from None
 
 
 def build_model(model_cfg: Any, src_vocab: int, tgt_vocab: int) -> Seq2Seq | ReferenceSeq2Seq:

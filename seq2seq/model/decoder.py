@@ -235,20 +235,16 @@ class Decoder(nn.Module):
         return self.logits(t), state, weights
 
     def forward(self, tgt_in: Tensor, state: DecoderState, memory: AttentionMemory,
-                teacher_forcing: float = 1.0, tgt_mask: Tensor | None = None
-                ) -> tuple[Tensor, Tensor]:
+                teacher_forcing: float = 1.0) -> tuple[Tensor, Tensor]:
         """tgt_in (B, T) = BOS + target -> logits (B, T, V), weights (B, T, S).
 
         teacher_forcing < 1: at each step each sentence feeds its own previous argmax
         with probability 1 - teacher_forcing (scheduled sampling), through step().
-        tgt_mask (B, T) bool: return logits (N, V) for the N True positions only, so
-        the output layer (the largest matmul) skips padding.
         """
         if teacher_forcing < 1.0:
-            logits, weights = self._sampled(tgt_in, state, memory, teacher_forcing)
-            return (logits if tgt_mask is None else logits[tgt_mask]), weights
+            return self._sampled(tgt_in, state, memory, teacher_forcing)
         t, weights = self._readouts(tgt_in, state, memory)
-        return self.logits(t if tgt_mask is None else t[tgt_mask]), weights
+        return self.logits(t), weights
 
     def loss(self, tgt_in: Tensor, tgt_out: Tensor, state: DecoderState, memory: AttentionMemory,
              label_smoothing: float = 0.0, teacher_forcing: float = 1.0) -> Tensor:
@@ -259,8 +255,8 @@ class Decoder(nn.Module):
         """
         mask = tgt_out != PAD_ID
         if teacher_forcing < 1.0:
-            logits, _ = self.forward(tgt_in, state, memory, teacher_forcing, mask)
-            return F.cross_entropy(logits.float(), tgt_out[mask], reduction="sum",
+            logits, _ = self._sampled(tgt_in, state, memory, teacher_forcing)
+            return F.cross_entropy(logits[mask].float(), tgt_out[mask], reduction="sum",
                                    label_smoothing=label_smoothing)
         if self.can_fuse:
             t, _ = self._readouts(tgt_in, state, memory)
@@ -276,7 +272,7 @@ class Decoder(nn.Module):
 
         Rows are sorted longest target first and each step runs only the rows whose
         target has not ended (as a packed RNN does), so no step computes on padding
-        (about a fifth of the positions of a length-bucketed batch). Training batches
+        (docs/performance.md#packed-step-loop). Training batches
         arrive sorted (``batching.collate``); other orders are sorted here. Tokens
         come out time-major: step 0 of every row, then step 1, ...
         """

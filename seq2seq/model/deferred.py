@@ -5,8 +5,9 @@ the same shared tensor M: the attention context c_t = α_t V (V: the encoder sta
 and Luong's scores e_t = K q_t (K: the projected keys). Left to autograd, the
 backward of every step forms its own outer product α_tᵀ g_t of size (B, S, 2H) and
 adds it into M's gradient: T thin matmuls and T passes over a (B, S, 2H) buffer,
-which measured as the largest single cost of a training step on CPU after the
-output layer. The gradient is a sum over steps, so it can be formed at once:
+one of the largest costs of a training step on CPU
+(docs/performance.md#deferred-gradients-of-the-attention-memory). The gradient is a
+sum over steps, so it can be formed at once:
 Σ_t α_tᵀ g_t = Aᵀ G with A = [α_1 … α_T] and G = [g_1 … g_T], one batched matmul.
 
 How: each step uses ``M.detach()`` (its backward still gives the gradient of x_t)

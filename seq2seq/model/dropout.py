@@ -1,8 +1,9 @@
 """Dropout with a cheaper random mask on CPU.
 
 torch's CPU dropout draws one Bernoulli sample per element through the Mersenne
-Twister, which measured about 8 ns per element here: 4% of a training step for the
-three dropouts of a batch (source and target embeddings, output layer input). This
+Twister, which is slow per element and a visible share of a training step for the
+three dropouts of a batch (source and target embeddings, output layer input;
+docs/performance.md#dropout-masks). This
 draws 64 random bits at a time and splits them into four 16-bit uniform integers,
 so an element is dropped when its integer falls below ``round(p * 65536)``: the
 dropout probability is realised to a multiple of 1/65536 (0.2 -> 0.199997) and the

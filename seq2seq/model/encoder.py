@@ -1,13 +1,13 @@
 """Embeddings + a multi-layer (bidirectional) GRU/LSTM that ignores padding exactly.
 
 Why not ``pack_padded_sequence``: on CPU the packed RNN backward re-allocates and
-zero-fills the whole input-projection gradient at every time step, which made it
-about 1.8x slower than the padded call and the largest single cost of a training
-step. Padding after the last token never reaches a forward state at a real token,
-so the forward direction runs on the padded batch as is; the backward direction
-runs on each sentence reversed within its own length (padding still last) and is
-reversed back. Every state at a real token is therefore the same as in a packed
-run, independent of padding and of batch companions.
+zero-fills the whole input-projection gradient at every time step, which made it much
+slower than the padded call and a large cost of a training step
+(docs/performance.md#fused-rnn-call-and-the-unpacked-encoder). Padding after the last
+token never reaches a forward state at a real token, so the forward direction runs on
+the padded batch as is; the backward direction runs on each sentence reversed within its
+own length (padding still last) and is reversed back. Every state at a real token is
+therefore the same as in a packed run, independent of padding and of batch companions.
 """
 
 from __future__ import annotations

@@ -29,27 +29,17 @@ __all__ = ["DecoderState", "Memory", "Seq2Seq"]
 class Memory:
     """Everything the decoder needs from the encoder, for one batch.
 
-    states: (B, S, enc_size) encoder states (zeros at padding).
-    mask: (B, S) bool, True = real token.  lengths: (B,) long source lengths.
-    final: (B, enc_size) [fwd h_S ; bwd h_1] of the encoder's top layer.
-    attn: what the attention precomputed (projected keys, mask bias, fixed context).
+    final: (B, enc_size) [fwd h_S ; bwd h_1] of the encoder's top layer (for the bridge).
+    attn: what the attention precomputed from the encoder states and source mask
+    (projected keys, mask bias, fixed context).
     """
 
-    states: Tensor
-    mask: Tensor
-    lengths: Tensor
     final: Tensor
     attn: AttentionMemory
 
     def index_select(self, index: Tensor) -> Memory:
         """Rows ``index`` (new_batch,) of every field, e.g. to expand to beam size."""
-        return Memory(
-            states=self.states.index_select(0, index),
-            mask=self.mask.index_select(0, index),
-            lengths=self.lengths.index_select(0, index),
-            final=self.final.index_select(0, index),
-            attn=self.attn.index_select(index),
-        )
+        return Memory(final=self.final.index_select(0, index), attn=self.attn.index_select(index))
 
 
 def _check_batch(src: Tensor, src_lens: Tensor) -> None:
@@ -84,7 +74,7 @@ class Seq2Seq(nn.Module):
         mask = _length_mask(lengths, src.size(1))
         states, final = self.encoder(src, lengths, mask)
         attn = self.decoder.attention.init(states, mask)
-        return Memory(states, mask, lengths, final, attn)
+        return Memory(final, attn)
 
     def init_state(self, memory: Memory) -> DecoderState:
         """The decoder's initial state from the encoder through the learned bridge."""
@@ -97,14 +87,12 @@ class Seq2Seq(nn.Module):
 
     def forward(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor,
                 teacher_forcing: float = 1.0, return_attention: bool = False,
-                tgt_mask: Tensor | None = None, targets: Tensor | None = None,
+                targets: Tensor | None = None,
                 label_smoothing: float = 0.0) -> Tensor | tuple[Tensor, Tensor]:
         """Teacher-forced (or scheduled-sampling) decoding of a batch.
 
         src (B, S), src_lens (B,), tgt_in (B, T) = BOS + target, padded.
         Returns logits (B, T, V); with return_attention also weights (B, T, S).
-        tgt_mask (B, T) bool, optional: logits only at its True positions, (N, V) in
-        row-major order (= logits[tgt_mask]), skipping the output layer on padding.
         targets (B, T) = target + EOS, padded: return instead the summed cross-entropy
         over its real tokens (0-dim fp32), with the output layer fused into the loss.
         (Training goes through forward so that DistributedDataParallel sees the call.)
@@ -120,7 +108,7 @@ class Seq2Seq(nn.Module):
             return self.decoder.loss(tgt_in, targets, self.init_state(memory), memory.attn,
                                      label_smoothing, teacher_forcing)
         logits, weights = self.decoder(tgt_in, self.init_state(memory), memory.attn,
-                                       teacher_forcing, tgt_mask)
+                                       teacher_forcing)
         return (logits, weights) if return_attention else logits
 
     def forward_with_attention(self, src: Tensor, src_lens: Tensor, tgt_in: Tensor,

@@ -1,13 +1,13 @@
 """Training loss: the output layer and the cross-entropy fused, chunk by chunk.
 
-The output layer (readout H -> vocabulary V) and its softmax are the largest cost
-of a training step on CPU. Done the plain way — logits (N, V), log_softmax, NLL, and
-their backward — the (N, V) matrix is written and read about eight times (logits,
-log-probabilities, a zero-filled NLL gradient, the log_softmax gradient). Here each
-chunk of rows goes logits -> softmax -> gradient while it is still in cache, and the
-gradients of x, W and b are formed in the forward pass, since the loss is a scalar
-sum whose backward only scales them (Liger-Kernel and "cut cross-entropy" do the
-same on GPUs). No (N, V) tensor outlives a chunk.
+The output layer (readout H -> vocabulary V) and its softmax are the largest cost of a
+training step on CPU (docs/performance.md#fused-output-layer-and-loss). Done the plain
+way — logits (N, V), log_softmax, NLL, and their backward — the (N, V) matrix is written
+and read about eight times (logits, log-probabilities, a zero-filled NLL gradient, the
+log_softmax gradient). Here each chunk of rows goes logits -> softmax -> gradient while
+it is still in cache, and the gradients of x, W and b are formed in the forward pass,
+since the loss is a scalar sum whose backward only scales them (Liger-Kernel and "cut
+cross-entropy" do the same on GPUs). No (N, V) tensor outlives a chunk.
 
 Loss per token with label smoothing ε (as torch's ``cross_entropy``):
 (1-ε)(lse - z_y) + ε(lse - mean_v z_v); gradient softmax(z) - (1-ε) onehot(y) - ε/V.
@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# Rows per chunk: a (CHUNK_ROWS, 8000) fp32 block is 8 MB. 128 to 1024 rows measured
-# the same within noise (N=3000, V=8000, 2 cores); smaller chunks keep less memory.
+# Rows per chunk: a (CHUNK_ROWS, 8000) fp32 block is 8 MB. The chunk sizes tried ran
+# equally fast, so this one stays; smaller chunks keep less memory
+# (docs/performance.md#fused-output-layer-and-loss).
 CHUNK_ROWS = 256
 
 

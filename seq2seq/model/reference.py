@@ -254,7 +254,7 @@ class ReferenceSeq2Seq(nn.Module):
     the fast Seq2Seq offers them: encode, init_state, step and forward."""
 
     def __init__(self, cfg: Any, src_vocab: int, tgt_vocab: int) -> None:
-        """cfg: the ``model`` config (seq2seq/config.py ModelConfig), read as attributes."""
+        """cfg: the ``model`` config (seq2seq/config/schema.py ModelConfig), read as attributes."""
         super().__init__()
         self.encoder = Encoder(cfg, src_vocab)
         attention = Attention(cfg.attention, self.encoder.size, cfg.hidden_size)

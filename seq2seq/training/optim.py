@@ -36,9 +36,9 @@ def build_optimizer(model: torch.nn.Module, t: DictConfig) -> tuple[torch.optim.
 
 def _adam(params: list[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
     """Adam with torch's fused kernel where it exists (CPU since torch 2.4, CUDA): one
-    pass over each parameter instead of a dozen (measured 4 ms vs 22 ms per step for
-    8M parameters on 2 cores); the same update rule and state, so checkpoints resume
-    either way."""
+    pass over each parameter instead of a dozen, so the update step costs far less
+    (docs/performance.md#fused-adam); the same update rule and state, so checkpoints
+    resume either way."""
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except (RuntimeError, ValueError):  # an older torch, or a device without the kernel

@@ -4,11 +4,12 @@ bf16 autocast runs the matmuls (RNN input and gate projections, attention, the o
 layer and loss GEMMs) in bf16 with fp32 accumulation; parameters, gradients, the
 optimizer and the softmax/loss stay fp32. Whether that is faster depends on the machine
 far more than on its feature flags: a CPU with native bf16 matmuls can still lose the
-gain in casts and small per-step matmuls, and one without them emulates bf16 hundreds of
-times slower than fp32. So ``auto`` times a few real forward+backward passes of the
-model on a real batch in each precision, alternating, and keeps bf16 only when it is
-clearly faster (:data:`MIN_SPEEDUP`). The probe changes nothing: no optimizer step, the
-gradients are cleared and every RNG state is restored.
+gain in casts and small per-step matmuls, and one without them emulates bf16 far slower
+than fp32 (docs/performance.md#bf16-autocast-trainprecisionauto). So ``auto`` times a
+few real forward+backward passes of the model on a real batch in each precision,
+alternating, and keeps bf16 only when it is clearly faster (:data:`MIN_SPEEDUP`). The
+probe changes nothing: no optimizer step, the gradients are cleared and every RNG state
+is restored.
 """
 
 from __future__ import annotations
