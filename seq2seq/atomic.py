@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,28 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         if os.path.exists(tmp):
             os.unlink(tmp)
     _sync_folder(path.parent)
+
+
+@contextmanager
+def atomic_folder(path: str | Path, keep_existing: bool = False) -> Iterator[Path]:
+    """A temp folder beside ``path`` to fill; on a clean exit it replaces ``path`` whole
+    (a reader sees the old folder or the complete new one). With ``keep_existing`` a
+    ``path`` that appeared meanwhile (another process finished first) is kept and the new
+    one dropped. On an exception the temp folder is deleted and ``path`` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; keep the usual mode of a new folder
+        yield tmp
+        if path.exists():
+            if keep_existing:
+                return
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+        _sync_folder(path.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _sync_folder(folder: Path) -> None:

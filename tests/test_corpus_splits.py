@@ -5,8 +5,9 @@ import random
 from omegaconf import OmegaConf
 
 from seq2seq.config import DataConfig
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.corpus.pair import Pair
-from seq2seq.corpus.splits import BUCKET_LABELS, bucket_counts, group_order, join_long, split_pairs
+from seq2seq.corpus.splits import bucket_counts, group_order, join_long, split_pairs
 
 
 def _cfg(**kw):

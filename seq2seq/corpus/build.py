@@ -21,9 +21,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.corpus import bible, hub, local
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.corpus.filters import filter_pairs
 from seq2seq.corpus.pair import Pair
-from seq2seq.corpus.splits import BUCKET_LABELS, bucket_counts, join_long, split_pairs
+from seq2seq.corpus.splits import bucket_counts, join_long, split_pairs
 from seq2seq.corpus.store import (
     SPLITS,
     corpus_dir,

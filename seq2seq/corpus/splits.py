@@ -18,35 +18,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2seq.corpus.buckets import BUCKET_LABELS, BUCKETS, bucket_label
 from seq2seq.corpus.pair import Pair, ref_bounds
 
-# Source-length buckets in whitespace words (docs/evaluation-protocol.md#length-buckets);
-# None = no upper bound.
-BUCKETS: tuple[tuple[int, int | None], ...] = (
-    (1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, None),
-)
 TEST_BASE_SHARE = 0.5  # random base of the test set, as a share of the bucket minimums
 MAX_TEST_SHARE = 0.15  # the stratified test never takes more than this share of the pairs
 MAX_VALID_SHARE = 0.10
 
 
-def bucket_label(low: int, high: int | None) -> str:
-    return f"{low}-{high}" if high is not None else f"{low}+"
-
-
-BUCKET_LABELS = tuple(bucket_label(lo, hi) for lo, hi in BUCKETS)
-
-
-def bucket_of(n_words: int) -> str:
-    """Label of the bucket holding a segment of ``n_words`` source words."""
-    for (low, high), label in zip(BUCKETS, BUCKET_LABELS, strict=True):
-        if n_words >= low and (high is None or n_words <= high):
-            return label
-    return BUCKET_LABELS[0]  # 0 words: only reachable for unfiltered input
-
-
 def bucket_counts(pairs: Iterable[Pair]) -> dict[str, int]:
-    counts = Counter(bucket_of(p.src_words) for p in pairs)
+    counts = Counter(bucket_label(p.src_words) for p in pairs)
     return {label: counts.get(label, 0) for label in BUCKET_LABELS}
 
 
@@ -86,8 +67,8 @@ def _choose_stratified(
             break
         chosen.append(group)
         size += len(groups[group])
-    have = Counter(bucket_of(p.src_words) for g in chosen for p in groups[g])
-    counts = {g: Counter(bucket_of(p.src_words) for p in groups[g]) for g in order}
+    have = Counter(bucket_label(p.src_words) for g in chosen for p in groups[g])
+    counts = {g: Counter(bucket_label(p.src_words) for p in groups[g]) for g in order}
     rank = {g: i for i, g in enumerate(order)}
     remaining = [g for g in order if g not in set(chosen)]
     while remaining:

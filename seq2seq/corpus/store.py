@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,21 +68,15 @@ def save_corpus(folder: Path, dataset: Any, manifest: dict[str, Any]) -> None:
     """
     import datasets
 
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{DATASET}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     datasets.disable_progress_bars()  # four bars for a sub-second write are noise
     # At least one shard per split: datasets cannot read back an empty split saved
     # with zero shards (a test_long of a small corpus can be empty).
     shards = {name: max(1, math.ceil(ds.data.nbytes / SHARD_BYTES)) for name, ds in dataset.items()}
     try:
-        dataset.save_to_disk(str(tmp), num_shards=shards)
+        with atomic.atomic_folder(folder / DATASET) as tmp:
+            dataset.save_to_disk(str(tmp), num_shards=shards)
     finally:
         datasets.enable_progress_bars()
-    final = folder / DATASET
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
     shutil.rmtree(folder / "spm", ignore_errors=True)
     atomic.write_json(folder / MANIFEST, manifest, indent=2, ensure_ascii=False)
 

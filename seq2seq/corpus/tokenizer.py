@@ -12,8 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,18 +214,11 @@ def load_or_train(corpus_path: Path, tok_cfg: Any, src_lang: str, tgt_lang: str)
         log.info("reusing SentencePiece models in %s", folder)
         return Tokenizers.load(folder)
     log.info("training SentencePiece models (%s) into %s", _settings(tok_cfg), folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=folder.parent))
-    try:
+    with atomic.atomic_folder(folder, keep_existing=True) as tmp:  # another process may win
         tokenizers = _train_all(tmp, corpus_path, tok_cfg, src_lang, tgt_lang)
         tokenizers.save(tmp)
         (tmp / "settings.json").write_text(
             json.dumps({"tokenizer": _settings(tok_cfg), "corpus_build_key": corpus_key}, indent=2) + "\n",
             encoding="utf-8",
         )
-        tmp.chmod(0o755)  # mkdtemp makes it private
-        if not folder.exists():  # else another process finished first; keep its models
-            os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return Tokenizers.load(folder)

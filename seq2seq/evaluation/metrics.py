@@ -29,39 +29,21 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
+from seq2seq.corpus.buckets import (  # noqa: F401 (re-exported for the report modules)
+    BUCKET_LABELS,
+    bucket_indices,
+    bucket_label,
+    bucket_of,
+    source_length,
+)
 from seq2seq.errors import ConfigError, DataError
 
-BUCKET_WIDTH = 10
-LAST_BUCKET_START = 51
-BUCKET_LABELS: tuple[str, ...] = ("1-10", "11-20", "21-30", "31-40", "41-50", "51+")
 METRICS: tuple[str, ...] = ("BLEU", "chrF")
 
 Stats = dict[str, np.ndarray]  # metric name -> (n_sentences, n_stats) sufficient statistics
 
 
 # --------------------------------------------------------------------------- buckets
-def source_length(sentence: str) -> int:
-    """Length of a source sentence in whitespace-separated words."""
-    return len(sentence.split())
-
-
-def bucket_label(n_words: int) -> str:
-    """Bucket of a source length: 1..10 -> "1-10", ..., 41..50 -> "41-50", 51+ -> "51+"."""
-    if n_words < 1:
-        raise DataError(
-            f"a source sentence has {n_words} words; empty sources cannot be bucketed: "
-            "drop empty segments from the split before scoring"
-        )
-    if n_words >= LAST_BUCKET_START:
-        return BUCKET_LABELS[-1]
-    return BUCKET_LABELS[(n_words - 1) // BUCKET_WIDTH]
-
-
-def bucket_of(sentence: str) -> str:
-    """Bucket label of one source sentence (see :func:`bucket_label`)."""
-    return bucket_label(source_length(sentence))
-
-
 def _bucket_indices(sources: Sequence[str]) -> np.ndarray:
     """Bucket index (0..5) of every source, naming the first empty one. Shape ``(n,)``."""
     lengths = np.array([source_length(s) for s in sources], dtype=np.int64)
@@ -71,12 +53,7 @@ def _bucket_indices(sources: Sequence[str]) -> np.ndarray:
             f"source sentence {int(empty[0])} (0-based) is empty ({empty.size} empty in all); "
             "drop empty segments from the split before scoring"
         )
-    return _length_buckets(lengths)
-
-
-def _length_buckets(lengths: np.ndarray) -> np.ndarray:
-    """Bucket index (0..5) of every source length (words, all >= 1), ``(n,)``."""
-    return np.minimum((lengths - 1) // BUCKET_WIDTH, len(BUCKET_LABELS) - 1)
+    return bucket_indices(lengths)
 
 
 def _range_mask(spec: str, lengths: np.ndarray) -> np.ndarray:
@@ -266,7 +243,7 @@ def quick_bucket_scores(
     lengths = np.asarray(src_words, dtype=np.int64)
     if (lengths < 1).any():
         raise DataError("a dev source has 0 words; drop empty segments before scoring")
-    buckets = _length_buckets(lengths)
+    buckets = bucket_indices(lengths)
     metrics = _metrics(trg_lang)
     stats = segment_stats(hypotheses, references, metrics)
     scopes = [(label, buckets == k) for k, label in enumerate(BUCKET_LABELS)]
