@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import torch
 
 from seq2seq import runtime
+from seq2seq.config import Precision
 from seq2seq.errors import ConfigError
 
-CHOICES = ("auto", "fp32", "bf16")
+CHOICES = tuple(Precision)  # the schema's choices; check() is for library callers
 MIN_SPEEDUP = 1.15  # bf16 must save at least this factor of step time to be chosen
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
 
