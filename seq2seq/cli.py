@@ -21,10 +21,10 @@ from seq2seq.config import (
     validate_average,
     validate_evaluate,
     validate_reproduce,
+    validate_serve,
     validate_translate,
 )
 from seq2seq.errors import Seq2SeqError
-from seq2seq.serve.config import register_serve_config, validate_serve
 from seq2seq.training.preempt import Preempted
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -44,7 +44,6 @@ def os_error_message(err: OSError) -> str:
 
 
 register_configs()
-register_serve_config()
 
 
 def run_guarded(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seq2seq.serve.config import ServeConfig, validate_serve
+from seq2seq.config import ServeConfig, validate_serve
 from seq2seq.serve.models import CheckpointError, ConfigError, arm_runs, model_specs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,11 +63,17 @@ def cfg(**overrides) -> ServeConfig:
     ({"runs": ["a"], "limits": {"timeout_s": 0}}, "limits.timeout_s=0"),
     ({"runs": ["a"], "beam": 11}, "beam=11 must be between 1 and limits.max_beam=10"),
     ({"runs": ["a"], "device": "tpu"}, "device='tpu'"),
-    ({"runs": ["a"], "log_level": "loud"}, "log_level='loud'"),
 ])
 def test_bad_settings_are_config_errors(overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         validate_serve(cfg(**overrides))
+
+
+def test_log_level_outside_its_choices_is_refused() -> None:
+    from omegaconf.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=r"expected one of \[critical, error, warning, info, debug\]"):
+        cfg(runs=["a"], log_level="loud")
 
 
 def test_default_config_composes_and_binds_loopback() -> None:

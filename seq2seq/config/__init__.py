@@ -14,6 +14,7 @@ from seq2seq.config.checks import (
     validate_evaluate,
     validate_model,
     validate_reproduce,
+    validate_serve,
     validate_translate,
 )
 from seq2seq.config.schema import (
@@ -28,6 +29,8 @@ from seq2seq.config.schema import (
     DataConfig,
     EvalConfig,
     EvaluateConfig,
+    LimitsConfig,
+    LogLevel,
     LrSchedule,
     LuongScore,
     ModelConfig,
@@ -36,6 +39,7 @@ from seq2seq.config.schema import (
     ReproduceAppConfig,
     ReproduceConfig,
     RnnType,
+    ServeConfig,
     SpmModelType,
     TokenizerConfig,
     TrainConfig,
@@ -55,6 +59,8 @@ __all__ = [
     "DataConfig",
     "EvalConfig",
     "EvaluateConfig",
+    "LimitsConfig",
+    "LogLevel",
     "LrSchedule",
     "LuongScore",
     "ModelConfig",
@@ -63,6 +69,7 @@ __all__ = [
     "ReproduceAppConfig",
     "ReproduceConfig",
     "RnnType",
+    "ServeConfig",
     "SpmModelType",
     "TokenizerConfig",
     "TrainConfig",
@@ -78,5 +85,6 @@ __all__ = [
     "validate_evaluate",
     "validate_model",
     "validate_reproduce",
+    "validate_serve",
     "validate_translate",
 ]

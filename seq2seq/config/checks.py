@@ -127,3 +127,32 @@ def validate_average(cfg: Any) -> None:
     check(bool(cfg.run) or len(cfg.checkpoints) > 0,
            "pass run=<run folder> (with last=N) or checkpoints=[a.pt,b.pt]")
     check(cfg.last >= 1, f"last={cfg.last} must be at least 1")
+
+
+def validate_serve(cfg: Any) -> None:
+    """Exactly one of runs= / reproduction=, and sane ports, settings and limits;
+    ConfigError naming the key and the fix."""
+    check(bool(cfg.runs) != bool(cfg.reproduction),
+           "no model given: pass runs=[<run folder>,...] or reproduction=<seq2seq-reproduce "
+           "folder>, e.g. seq2seq-serve reproduction=runs/reproduce_quick"
+           if not cfg.runs else "pass runs=[...] or reproduction=<folder>, not both")
+    check(not cfg.names or len(cfg.names) == len(cfg.runs),
+           f"names={list(cfg.names)} must give one name per run")
+    check(0 <= cfg.port <= 65535, f"port={cfg.port} must be between 0 (any free port) and 65535")
+    check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0 (0 = the lowest seed found)")
+    check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
+    check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
+    check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
+    check(cfg.max_src_tokens >= 0, f"max_src_tokens={cfg.max_src_tokens} must be >= 0")
+    check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
+    check(cfg.threads >= 0, f"threads={cfg.threads} must be >= 0 (0 = all cores)")
+    check_device(cfg.device)
+    lim = cfg.limits
+    for key in ("max_chars", "max_sentences", "max_beam", "max_nbest", "max_queue"):
+        check(lim[key] >= 1, f"limits.{key}={lim[key]} must be at least 1")
+    check(lim.max_beam <= MAX_BEAM, f"limits.max_beam={lim.max_beam} must be <= {MAX_BEAM}")
+    check(lim.max_nbest <= lim.max_beam, f"limits.max_nbest={lim.max_nbest} must be <= "
+           f"limits.max_beam={lim.max_beam}")
+    check(lim.timeout_s > 0, f"limits.timeout_s={lim.timeout_s} must be positive")
+    check(1 <= cfg.beam <= lim.max_beam, f"beam={cfg.beam} must be between 1 and "
+           f"limits.max_beam={lim.max_beam}")

@@ -64,6 +64,14 @@ class SpmModelType(StrEnum):
     word = "word"
 
 
+class LogLevel(StrEnum):
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+
+
 class Alignment(StrEnum):
     soft = "soft"  # the attention matrix
     hard = "hard"  # the argmax source subword per target subword (Pharaoh pairs)
@@ -316,6 +324,45 @@ class AverageConfig:
     output: str = ""  # default <run>/averaged.pt
 
 
+@dataclass
+class LimitsConfig:
+    """What one request may ask for; going over a limit is a 4xx JSON error naming it."""
+
+    max_chars: int = 1000  # characters per sentence
+    max_sentences: int = 16  # sentences per request
+    max_beam: int = 10
+    max_nbest: int = 5
+    timeout_s: float = 30.0  # a request still undecoded after this long gets 408
+    max_queue: int = 64  # requests waiting for the decoder; more get 429
+
+
+@dataclass
+class ServeConfig:
+    """Primary schema of `seq2seq-serve`; its keys are top-level (runs=... port=...)."""
+
+    # run folders (or checkpoints) to serve; an element that is itself a list is one
+    # ensemble (seq2seq/inference/ensemble.py)
+    runs: list[Any] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # display names for runs; default: folder names
+    # or a seq2seq-reproduce output folder: every arm under arms/, one model per arm
+    reproduction: str = ""
+    seed: int = 0  # with reproduction= and seed folders (arms/<arm>/seed<k>): which k; 0 = lowest
+    host: str = "127.0.0.1"  # loopback only; 0.0.0.0 exposes the server to the network
+    port: int = 8000  # 0 = any free port (the URL is printed)
+    beam: int = 5  # the page's initial beam
+    alpha: float = 0.6  # GNMT length penalty of the beam score
+    max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
+    max_len_extra: int = 10
+    max_src_tokens: int = 0  # longer inputs are cut (and flagged); 0 = 4 x the run's train.max_src_words
+    batch_tokens: int = 2000  # padded source subwords per decoding batch
+    device: str = "cpu"  # cpu | cuda | auto
+    # torch intra-op threads of the decoding thread; 0 = all cores. One leaves a core to the
+    # HTTP event loop, and small batches gain little from more (see seq2seq.config.TranslateConfig.threads)
+    threads: int = 1
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    log_level: LogLevel = LogLevel.warning  # uvicorn's
+
+
 def register_configs() -> None:
     """Register the schemas so YAML files are validated against them."""
     cs = ConfigStore.instance()
@@ -324,3 +371,4 @@ def register_configs() -> None:
     cs.store(name="reproduce_schema", node=ReproduceAppConfig)
     cs.store(name="translate_schema", node=TranslateConfig)
     cs.store(name="average_schema", node=AverageConfig)
+    cs.store(name="serve_schema", node=ServeConfig)

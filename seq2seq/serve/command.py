@@ -58,7 +58,7 @@ def run(models: list[ServedModel], cfg: Any, sock: socket.socket) -> None:
     app = create_app(models, limits, cfg.beam, cfg.threads)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    server = uvicorn.Server(uvicorn.Config(app, log_level=cfg.log_level, access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, log_level=str(cfg.log_level), access_log=False))
     # say where, once uvicorn is listening (its own line is at info level, off by default)
     print(f"serving {', '.join(m.name for m in models)} on http://{shown}:{port}/ "
           "(Ctrl-C stops)", flush=True)
