@@ -68,17 +68,11 @@ def compose_config(overrides: list[str]):
 
 
 def train_in_process(overrides: list[str]) -> Path:
-    """`seq2seq-train overrides` run in this process; training sets its own thread count,
-    which is put back afterwards so later tests run as they would alone."""
-    import torch
-
+    """`seq2seq-train overrides` run in this process, through the library (no process-wide
+    settings: those are the command line's, seq2seq.runtime.apply_training_settings)."""
     from seq2seq.training.loop import train_main
 
-    threads = torch.get_num_threads()
-    try:
-        return train_main(compose_config(overrides))
-    finally:
-        torch.set_num_threads(threads)
+    return train_main(compose_config(overrides))
 
 
 @pytest.fixture(scope="session")

@@ -289,3 +289,41 @@ def test_resume_check_treats_keys_added_later_as_their_default() -> None:
     cfg.data.valid_per_bucket = 100  # not the default: the corpus differs, refused
     with pytest.raises(CheckpointError, match="data.valid_per_bucket"):
         checkpoint.check_same_setup(saved, cfg)
+
+
+def test_library_training_leaves_the_process_settings_alone(tiny_train_overrides, tmp_path) -> None:
+    """train_main through the library: torch's threads and the denormal mode stay as the
+    caller set them; only the command line applies train.threads / flush_denormals."""
+    import torch
+    from conftest import train_in_process
+
+    from seq2seq import runtime
+
+    before_threads = torch.get_num_threads()
+    torch.set_flush_denormal(False)
+    try:
+        other = 1 if before_threads != 1 else 2
+        run_dir = train_in_process([*tiny_train_overrides, f"run_dir={tmp_path / 'run'}",
+                                    "train.max_steps=2", f"train.threads={other}",
+                                    "train.flush_denormals=true"])
+        assert torch.get_num_threads() == before_threads
+        assert not runtime.denormals_flushed()
+        log = (run_dir / "train.log").read_text()
+        assert f"{before_threads} threads" in log and "denormals are not flushed" in log
+    finally:
+        torch.set_num_threads(before_threads)
+
+
+def test_the_training_command_applies_the_process_settings(monkeypatch) -> None:
+    """seq2seq-train's entry point applies train.threads, malloc and denormals before training."""
+    from omegaconf import OmegaConf
+
+    from seq2seq import cli, runtime
+
+    calls = []
+    monkeypatch.setattr(runtime, "set_threads", lambda n: calls.append(("threads", n)) or n)
+    monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append(("malloc",)) or True)
+    monkeypatch.setattr(runtime, "flush_denormals", lambda: calls.append(("denormals",)) or True)
+    cfg = OmegaConf.create({"train": {"threads": 3, "flush_denormals": True}})
+    assert cli._train_process(cfg, lambda c: calls.append(("train",)) or "done") == "done"
+    assert calls == [("threads", 3), ("malloc",), ("denormals",), ("train",)]
