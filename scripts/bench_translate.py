@@ -5,7 +5,8 @@
 
 Both modes translate the same lines of one split with the same loaded model, in the
 same process, one after the other (filter first), each with the thread count that
-`seq2seq-translate`'s default (``threads=-1``, auto) gives it: the filter decodes each
+`seq2seq-translate`'s default (``threads=-1``, auto) gives it and the precision its
+``precision=auto`` picks for that mode (``--precision`` overrides): the filter decodes each
 line alone on 1 thread (:func:`seq2seq.inference.command.run_filter`, what a pipe gets), file
 mode decodes blocks in length-sorted token batches on all cores
 (:func:`seq2seq.inference.translate_file.translate_lines`, what ``input=``/``< file`` gets). It
@@ -20,11 +21,12 @@ import io
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from seq2seq.evaluation.command import run_split
-from seq2seq.inference.command import run_filter
+from seq2seq.inference.command import choose_precision, run_filter
 from seq2seq.inference.translate_file import Writers, translate_lines
 from seq2seq.inference.translator import Translator
 from seq2seq.runtime import cpu_description
@@ -42,6 +44,8 @@ def main() -> None:
     p.add_argument("--file-threads", type=int, default=0,
                    help="torch threads of file mode (0 = all cores: the CLI's auto for a file)")
     p.add_argument("--modes", default="filter,file", help="which modes to time, in order")
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                   help="as seq2seq-translate's precision=: auto times the decoder per mode")
     p.add_argument("--out", default="", help="also write the record as JSON here")
     args = p.parse_args()
     cores = torch.get_num_threads()
@@ -55,8 +59,14 @@ def main() -> None:
               "threads": threads, "cpu": cpu_description()}
     outputs = {}
     modes = args.modes.split(",")
+    settings = SimpleNamespace(precision=args.precision, beam=args.beam,
+                               batch_tokens=args.batch_tokens)
     for mode in modes:
         torch.set_num_threads(threads[mode])
+        choice = choose_precision(settings, translator, batched=mode == "file")
+        translator.bf16 = choice.bf16
+        record[f"{mode}_precision"] = choice.reason
+        print(f"{mode}: precision {choice.reason}", flush=True)
         out, err = io.StringIO(), io.StringIO()
         start = time.perf_counter()
         if mode == "filter":

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq import runtime
+from seq2seq import precision, runtime
 from seq2seq.errors import ConfigError
-from seq2seq.training import precision
 
 CPU = torch.device("cpu")
 

@@ -283,10 +283,13 @@ def test_os_errors_become_one_line_with_the_fix() -> None:
 def test_auto_threads_are_one_for_a_pipe_and_all_cores_for_a_file(monkeypatch, tmp_path) -> None:
     calls: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
-    monkeypatch.setattr(Translator, "from_run", classmethod(lambda cls, *a, **k: "loaded"))
-    cfg = _cfg(run=str(tmp_path))
+    from types import SimpleNamespace
+
+    loaded = SimpleNamespace(model=None, device=torch.device("cpu"), bf16=None)
+    monkeypatch.setattr(Translator, "from_run", classmethod(lambda cls, *a, **k: loaded))
+    cfg = _cfg(run=str(tmp_path), precision="fp32")  # fp32: no probe of the stand-in model
     assert cfg.threads == -1  # the default: auto
-    assert translator_from_config(cfg) == "loaded" and calls == [1]
+    assert translator_from_config(cfg) is loaded and calls == [1] and loaded.bf16 is False
     translator_from_config(cfg, batched=True)
     assert calls == [1]  # file mode leaves torch's default: all cores
     cfg.threads = 3
@@ -294,3 +297,70 @@ def test_auto_threads_are_one_for_a_pipe_and_all_cores_for_a_file(monkeypatch, t
     assert calls == [1, 3]
     with pytest.raises(ConfigError, match="threads=-2 must be >= -1"):
         validate_translate(_cfg(threads=-2))
+
+
+def test_bf16_decoding_runs_the_model_in_bf16_and_keeps_the_translations() -> None:
+    """Translator.bf16: the decoder's matmuls run under bf16 autocast (where the CPU has
+    native bf16) and the trained toy model still writes the same translations."""
+    from seq2seq import runtime
+
+    t = trained_word_translator()
+    sentences = ["en el principio creó dios los cielos y la tierra", "dios creó la tierra"]
+    fp32 = t.translate(sentences, beam=3, nbest=2)
+    seen: list[torch.dtype] = []
+    step = t.model.step
+
+    def recording_step(*args):  # the dtype of the logits the search reads
+        logits, state, weights = step(*args)
+        seen.append(logits.dtype)
+        return logits, state, weights
+
+    t.model.step = recording_step
+    try:
+        t.bf16 = True
+        bf16 = t.translate(sentences, beam=3, nbest=2)
+    finally:
+        t.bf16 = False
+        del t.model.step
+    native = runtime.bf16_supported(torch.device("cpu"))
+    assert set(seen) == ({torch.bfloat16} if native else {torch.float32})
+    assert [r.text for r in bf16] == [r.text for r in fp32]
+    assert [r.score for r in bf16] == pytest.approx([r.score for r in fp32], abs=0.05)
+    assert t.translate(sentences, beam=3)[0].text == fp32[0].text  # back in fp32
+
+
+def test_precision_auto_times_the_decoder_at_the_mode_batch_size(monkeypatch, tmp_path) -> None:
+    from seq2seq import precision, runtime
+    from seq2seq.inference import command
+
+    t = trained_word_translator()
+    timed: list[float] = []
+    real_probe = precision.probe
+
+    def probe(step, device):  # the real step runs; the times are ours
+        real_probe(step, device)
+        timed.append(1.0)
+        return (0.02, 0.01) if fast_bf16 else (0.01, 0.02)
+
+    monkeypatch.setattr(precision, "probe", probe)
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    cfg = _cfg(run=str(tmp_path), beam=3, batch_tokens=300)
+    for fast_bf16 in (True, False):
+        choice = command.choose_precision(cfg, t, batched=True)
+        assert choice.bf16 is fast_bf16
+        assert "a decoding batch of 10 x beam 3" in choice.reason  # 300 tokens / 30 per sentence
+    assert "a decoding batch of 1 x beam 3" in command.choose_precision(cfg, t, batched=False).reason
+    cfg.precision = "fp32"
+    assert command.choose_precision(cfg, t, batched=True).bf16 is False and len(timed) == 3
+
+
+def test_the_decoding_probe_leaves_the_model_as_it_was() -> None:
+    from seq2seq.inference.decode import step_probe
+
+    t = trained_word_translator()
+    t.model.train()
+    before = {k: v.clone() for k, v in t.model.state_dict().items()}
+    step_probe(t.model, sentences=4, beam=2, src_len=7)()
+    assert t.model.training
+    assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
+    t.model.eval()

@@ -159,7 +159,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
     # auto: bf16 autocast where a probe of real training passes at start-up shows it faster
-    # (seq2seq/training/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
+    # (seq2seq/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
     precision: Precision = Precision.fp32
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86
@@ -232,6 +232,9 @@ class TranslateConfig:
     attention: bool = False  # REPL starts with the attention heatmap shown (toggle with :attn)
     history_file: str = "~/.cache/seq2seq/translate_history"  # REPL line history; "" = none kept
     device: str = "cpu"  # cpu | cuda | auto (startup is fastest on cpu)
+    # auto: bf16 autocast where timing a few decoder steps at this mode's batch size shows it
+    # faster (seq2seq/precision.py); fp32; bf16 (where the device has native bf16)
+    precision: Precision = Precision.auto
     # torch intra-op threads; 0 = all cores; -1 = auto: 1 for the prompt and the filter (one
     # sentence at a time is small matrix work that more threads only slow down on a busy
     # machine, docs/performance.md#decoding), all cores for file mode (big batches)

@@ -20,6 +20,8 @@ from seq2seq.errors import CheckpointError
 from seq2seq.inference.settings import SearchSettings
 from seq2seq.inference.translator import Translator
 
+PROBE_SRC_LEN = 30  # source subwords of the precision probe's sentences (a typical verse)
+
 
 def run_filter(translator: Translator, lines: IO[bytes], out: IO[str], err: IO[str],
                beam: int = 5, nbest: int = 1, align: IO[str] | None = None,
@@ -55,7 +57,26 @@ def translator_from_config(cfg: Any, batched: bool = False) -> Translator:
 
         torch.set_num_threads(threads)
     search = SearchSettings(cfg.alpha, cfg.max_len_ratio, cfg.max_len_extra)
-    return Translator.from_run(cfg.run, cfg.device, cfg.max_src_tokens, search)
+    translator = Translator.from_run(cfg.run, cfg.device, cfg.max_src_tokens, search)
+    translator.bf16 = choose_precision(cfg, translator, batched).bf16
+    return translator
+
+
+def choose_precision(cfg: Any, translator: Translator, batched: bool) -> Any:
+    """``precision=`` resolved for this mode's batch size: file mode decodes about
+    batch_tokens / 30 sentences per batch, the filter and the prompt one. In file mode
+    on a terminal the choice and its timings go to stderr, beside the progress bar (logs
+    and the filter's stderr are for warnings only)."""
+    from seq2seq import precision
+    from seq2seq.inference.decode import step_probe
+
+    sentences = max(1, cfg.batch_tokens // PROBE_SRC_LEN) if batched else 1
+    probe = step_probe(translator.model, sentences, cfg.beam, PROBE_SRC_LEN)
+    choice = precision.choose(str(cfg.precision), translator.device, probe, key="precision",
+                              what=f"a decoding batch of {sentences} x beam {cfg.beam}")
+    if batched and sys.stderr.isatty():
+        print(f"precision: {choice.reason}", file=sys.stderr, flush=True)
+    return choice
 
 
 def run_interactive(cfg: Any) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from seq2seq.config import check_beam
-from seq2seq.constants import PAD_ID
+from seq2seq.constants import BOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.search import Hypothesis, SearchSettings, beam_search, greedy
 
@@ -180,3 +180,30 @@ def decode(
                 lens[i] = len(hyp.tokens)
             bar.update(len(idx))
     return Decoded(hyps, ents, lens, time.perf_counter() - start)
+
+
+def step_probe(model: nn.Module, sentences: int, beam: int, src_len: int = 30,
+               steps: int = 8) -> Callable[[], None]:
+    """A function that encodes a synthetic batch of ``sentences`` sources of ``src_len``
+    tokens and runs ``steps`` decoder steps on its ``sentences * beam`` rows: what one
+    batch of this size costs, for timing a precision (seq2seq.precision.choose)."""
+    batch: dict[str, Tensor] = {}  # made at the first call: building it costs nothing unused
+
+    def run() -> None:
+        if not batch:
+            device = next(model.parameters()).device
+            gen = torch.Generator().manual_seed(0)
+            vocab = model.decoder.embedding.num_embeddings if hasattr(model, "decoder") else 8
+            batch["src"] = torch.randint(4, max(5, vocab), (sentences, src_len), generator=gen).to(device)
+            batch["lens"] = torch.full((sentences,), src_len, dtype=torch.long, device=device)
+            batch["rows"] = torch.arange(sentences, device=device).repeat_interleave(beam)
+        with torch.inference_mode():
+            memory = model.encode(batch["src"], batch["lens"]).index_select(batch["rows"])
+            state = model.init_state(memory)
+            y = torch.full((batch["rows"].numel(),), BOS_ID, dtype=torch.long,
+                           device=batch["src"].device)
+            for _ in range(steps):
+                logits, state, _ = model.step(y, state, memory)
+                y = logits.argmax(dim=-1).clamp_min(4)
+
+    return run

@@ -58,13 +58,16 @@ class Translator:
     """A trained model with its tokenizers, ready to translate lists of sentences."""
 
     def __init__(self, model: Any, tokenizers: Any, max_src_tokens: int,
-                 search: SearchSettings | None = None) -> None:
+                 search: SearchSettings | None = None, bf16: bool = False) -> None:
         if max_src_tokens < 1:
             raise ConfigError(f"max_src_tokens={max_src_tokens} must be a positive number of subwords")
         self.model = model
         self.tokenizers = tokenizers
         self.max_src_tokens = max_src_tokens
         self.search = search or SearchSettings()
+        # bf16 autocast while searching (seq2seq.precision chooses it); the log-softmax and
+        # the beam scores stay fp32
+        self.bf16 = bf16
 
     @classmethod
     def from_run(cls, path: str | Path | Sequence[str], device: str = "cpu", max_src_tokens: int = 0,
@@ -122,15 +125,18 @@ class Translator:
         encoded = [self.encode(s.strip()) for s in sentences]
         results = [Translation(s, "", pieces, [], 0.0, np.zeros((0, len(pieces)), np.float32), cut)
                    for s, (_, pieces, cut) in zip(sentences, encoded, strict=True)]
+        from seq2seq.runtime import autocast
+
         batches = search_batches(self.model, [ids for ids, _, _ in encoded], beam, nbest,
                                  self.search, batch_tokens)
-        for idx, hyps_per_sentence in batches:
-            for i, hyps in zip(idx, hyps_per_sentence, strict=True):
-                best, *rest = [self._translation(results[i], h) for h in hyps]
-                best.alternatives = rest
-                results[i] = best
-            if on_batch is not None:
-                on_batch(len(idx))
+        with autocast(self.device, self.bf16):  # the generator decodes inside this block
+            for idx, hyps_per_sentence in batches:
+                for i, hyps in zip(idx, hyps_per_sentence, strict=True):
+                    best, *rest = [self._translation(results[i], h) for h in hyps]
+                    best.alternatives = rest
+                    results[i] = best
+                if on_batch is not None:
+                    on_batch(len(idx))
         return results
 
     def _translation(self, empty: Translation, hyp: Any) -> Translation:

@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import runtime
+from seq2seq import precision, runtime
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runs.checkpoint import (
@@ -35,7 +35,7 @@ from seq2seq.runs.checkpoint import (
     make_checkpoint,
 )
 from seq2seq.runs.log import Window, format_duration
-from seq2seq.training import distributed, precision, preempt, validation
+from seq2seq.training import distributed, preempt, validation
 from seq2seq.training.setup import Progress, Run, setup
 
 # ---------------------------------------------------------------- step and validation

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq import runtime
+from seq2seq import precision, runtime
 from seq2seq.corpus import batching, corpus_dir, load_corpus
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train
 from seq2seq.errors import ConfigError
@@ -36,7 +36,7 @@ from seq2seq.runs.checkpoint import (
 )
 from seq2seq.runs.log import RunLog
 from seq2seq.runtime import resolve_device, seed_everything
-from seq2seq.training import distributed, precision
+from seq2seq.training import distributed
 from seq2seq.training.optim import build_optimizer
 
 

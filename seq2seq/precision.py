@@ -1,4 +1,5 @@
-"""Which precision training runs in: ``train.precision=auto|fp32|bf16``, chosen by measuring.
+"""Which precision training and decoding run in (``train.precision``, ``precision`` of
+`seq2seq-translate`): auto | fp32 | bf16, chosen by measuring.
 
 bf16 autocast runs the matmuls (RNN input and gate projections, attention, the output
 layer and loss GEMMs) in bf16 with fp32 accumulation; parameters, gradients, the
@@ -6,10 +7,10 @@ optimizer and the softmax/loss stay fp32. Whether that is faster depends on the 
 far more than on its feature flags: a CPU with native bf16 matmuls can still lose the
 gain in casts and small per-step matmuls, and one without them emulates bf16 far slower
 than fp32 (docs/performance.md#bf16-autocast-trainprecisionauto). So ``auto`` times a
-few real forward+backward passes of the model on a real batch in each precision,
-alternating, and keeps bf16 only when it is clearly faster (:data:`MIN_SPEEDUP`). The
-probe changes nothing: no optimizer step, the gradients are cleared and every RNG state
-is restored.
+few real passes of the model in each precision (training: forward+backward on a real
+batch; decoding: decoder steps at the batch size the command decodes with), alternating,
+and keeps bf16 only when it is clearly faster (:data:`MIN_SPEEDUP`). The probe changes
+nothing: no optimizer step, the gradients are cleared and every RNG state is restored.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ class Choice:
     reason: str
 
 
-def check(name: str) -> None:
+def check(name: str, key: str = "train.precision") -> None:
     if name not in CHOICES:
-        raise ConfigError(f"train.precision={name!r}: use auto, fp32 or bf16")
+        raise ConfigError(f"{key}={name!r}: use auto, fp32 or bf16")
 
 
 def _timed(step: Callable[[], None], device: torch.device) -> float:
@@ -65,23 +66,25 @@ def probe(step: Callable[[], None], device: torch.device) -> tuple[float, float]
     return med[False], med[True]
 
 
-def choose(name: str, device: torch.device, step: Callable[[], None]) -> Choice:
-    """Resolve ``train.precision`` on ``device``; ``step`` runs one forward+backward pass
-    (only called for ``auto`` where bf16 is native)."""
-    check(name)
+def choose(name: str, device: torch.device, step: Callable[[], None],
+           key: str = "train.precision", what: str = "a training pass") -> Choice:
+    """Resolve setting ``key`` = ``name`` on ``device``; ``step`` runs ``what`` once (one
+    forward+backward pass, or a few decoder steps; only called for ``auto`` where bf16
+    is native)."""
+    check(name, key)
     if name == "fp32":
-        return Choice(False, "train.precision=fp32")
+        return Choice(False, f"{key}=fp32")
     if not runtime.bf16_supported(device):
         why = f"{device} has no native bf16 (emulated bf16 is far slower than fp32)"
-        return Choice(False, f"fp32: {why}" if name == "auto" else f"fp32, train.precision=bf16 "
+        return Choice(False, f"fp32: {why}" if name == "auto" else f"fp32, {key}=bf16 "
                       f"ignored: {why}")
     if name == "bf16":
-        return Choice(True, "train.precision=bf16")
+        return Choice(True, f"{key}=bf16")
     with _rng_kept(device):
         fp32_s, bf16_s = probe(step, device)
     speedup = fp32_s / bf16_s if bf16_s > 0 else 0.0
     bf16 = speedup >= MIN_SPEEDUP
-    return Choice(bf16, f"{'bf16' if bf16 else 'fp32'} (auto: a training pass took "
+    return Choice(bf16, f"{'bf16' if bf16 else 'fp32'} (auto: {what} took "
                         f"{fp32_s * 1e3:.0f} ms in fp32, {bf16_s * 1e3:.0f} ms in bf16, "
                         f"x{speedup:.2f}; bf16 needs x{MIN_SPEEDUP})")
 
