@@ -1,1 +1,1 @@
-"""Training: set-up, the loop, validation on dev, optimizers, precision, torchrun, signals."""
+"""Training: set-up, the loop, validation on dev, optimizers and schedules, torchrun, signals."""
