@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq.evaluation.metrics import BUCKET_LABELS
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.experiments import curves
 from seq2seq.runs.log import DEV_BUCKET_FIELDS, DEV_BUCKETS
 

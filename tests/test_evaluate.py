@@ -9,14 +9,9 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
+from seq2seq.corpus.buckets import BUCKET_LABELS, bucket_label, bucket_of
 from seq2seq.errors import ConfigError, DataError
-from seq2seq.evaluation.metrics import (
-    BUCKET_LABELS,
-    bucket_label,
-    bucket_of,
-    score_buckets,
-    sentence_scores,
-)
+from seq2seq.evaluation.metrics import score_buckets, sentence_scores
 from seq2seq.evaluation.significance import paired_test, ratio_trend_test
 
 VOCAB = [f"w{i}" for i in range(300)] + ["the", "and", "of", "unto", "he", "said"]

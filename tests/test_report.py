@@ -8,12 +8,9 @@ import math
 
 import pytest
 
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.errors import DataError
-from seq2seq.evaluation.metrics import (
-    BUCKET_LABELS,
-    score_buckets,
-    sentence_scores,
-)
+from seq2seq.evaluation.metrics import score_buckets, sentence_scores
 from seq2seq.evaluation.significance import paired_test, ratio_trend_test
 from seq2seq.evaluation.tables import (
     CSV_FIELDS,

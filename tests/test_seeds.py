@@ -10,9 +10,9 @@ import pytest
 from omegaconf import OmegaConf
 from test_reproduce import TINY_EVAL, TINY_TRAINING, _write_tiny_corpus, reproduce_cfg
 
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.evaluation.command import Split, SystemOutput, compare
-from seq2seq.evaluation.metrics import BUCKET_LABELS
 from seq2seq.experiments import reproduce, seeds
 
 EV = OmegaConf.create({"n_boot": 100, "boot_seed": 3})

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import sacrebleu
 
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.errors import DataError
-from seq2seq.evaluation.metrics import BUCKET_LABELS, quick_bucket_scores
+from seq2seq.evaluation.metrics import quick_bucket_scores
 from seq2seq.runs.log import read_dev_buckets
 from seq2seq.training.validation import bleu_sample
 

@@ -45,12 +45,17 @@ def validate(cfg: Any) -> None:
     check(0 < d.min_words <= d.max_words, "data.min_words must be positive and <= data.max_words")
 
 
+def check_search(cfg: Any) -> None:
+    """The search settings every decoding command has: alpha, max_len_ratio, max_len_extra."""
+    check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
+    check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
+    check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
+
+
 def validate_eval(ev: Any) -> None:
     """Range checks of the decoding and scoring settings (EvalConfig)."""
     check_beam(ev.beam)
-    check(ev.alpha >= 0, f"alpha={ev.alpha} must be >= 0 (0 = no length penalty)")
-    check(ev.max_len_ratio > 0, f"max_len_ratio={ev.max_len_ratio} must be positive")
-    check(ev.max_len_extra >= 0, f"max_len_extra={ev.max_len_extra} must be >= 0")
+    check_search(ev)
     check(ev.batch_tokens > 0, f"batch_tokens={ev.batch_tokens} must be positive")
     check(ev.n_boot >= 1, f"n_boot={ev.n_boot} must be >= 1 (1000 is the default)")
     check_device(ev.device)
@@ -85,9 +90,7 @@ def validate_translate(cfg: Any) -> None:
     check(bool(cfg.run), "no model given: pass run=<run folder or checkpoint>, e.g. "
            "seq2seq-translate run=runs/short_bahdanau")
     check_beam(cfg.beam, cfg.nbest)
-    check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
-    check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
-    check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
+    check_search(cfg)
     check(cfg.max_src_tokens >= 0,
            f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
     check(cfg.threads >= -1, f"threads={cfg.threads} must be >= -1 (-1 = auto, 0 = all cores)")
@@ -140,9 +143,7 @@ def validate_serve(cfg: Any) -> None:
            f"names={list(cfg.names)} must give one name per run")
     check(0 <= cfg.port <= 65535, f"port={cfg.port} must be between 0 (any free port) and 65535")
     check(cfg.seed >= 0, f"seed={cfg.seed} must be >= 0 (0 = the lowest seed found)")
-    check(cfg.alpha >= 0, f"alpha={cfg.alpha} must be >= 0 (0 = no length penalty)")
-    check(cfg.max_len_ratio > 0, f"max_len_ratio={cfg.max_len_ratio} must be positive")
-    check(cfg.max_len_extra >= 0, f"max_len_extra={cfg.max_len_extra} must be >= 0")
+    check_search(cfg)
     check(cfg.max_src_tokens >= 0, f"max_src_tokens={cfg.max_src_tokens} must be >= 0")
     check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
     check(cfg.threads >= 0, f"threads={cfg.threads} must be >= 0 (0 = all cores)")

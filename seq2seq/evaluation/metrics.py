@@ -29,13 +29,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
 
-from seq2seq.corpus.buckets import (  # noqa: F401 (re-exported for the report modules)
-    BUCKET_LABELS,
-    bucket_indices,
-    bucket_label,
-    bucket_of,
-    source_length,
-)
+from seq2seq.corpus.buckets import BUCKET_LABELS, bucket_indices, source_length
 from seq2seq.errors import ConfigError, DataError
 
 METRICS: tuple[str, ...] = ("BLEU", "chrF")

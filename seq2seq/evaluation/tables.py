@@ -18,8 +18,9 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from seq2seq import atomic
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.errors import DataError
-from seq2seq.evaluation.metrics import BUCKET_LABELS, METRICS
+from seq2seq.evaluation.metrics import METRICS
 
 OVERALL = "all"
 CSV_FIELDS = (

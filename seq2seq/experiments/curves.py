@@ -22,7 +22,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from seq2seq import atomic
-from seq2seq.evaluation.metrics import BUCKET_LABELS, LONG_GROUP
+from seq2seq.corpus.buckets import BUCKET_LABELS
+from seq2seq.evaluation.metrics import LONG_GROUP
 from seq2seq.runs.log import read_dev_buckets
 
 SHORT_GROUP = "11-20"  # the short side of criterion 2

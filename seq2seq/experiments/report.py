@@ -17,8 +17,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.evaluation import tables as report
-from seq2seq.evaluation.metrics import BUCKET_LABELS
 from seq2seq.experiments.verdict import (
     ALPHA,
     attention_arms,

@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from seq2seq.corpus.buckets import BUCKET_LABELS
 from seq2seq.errors import ConfigError, DataError
 from seq2seq.evaluation.command import Split, SystemOutput
-from seq2seq.evaluation.metrics import BUCKET_LABELS, METRICS
+from seq2seq.evaluation.metrics import METRICS
 
 OVERALL = "all"
 SEEDS_CSV_FIELDS = (
