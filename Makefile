@@ -10,7 +10,7 @@ APERTIUM_PKGS := apertium apertium-eng-spa
 BROWSER_PKGS := chromium chromium-driver
 ARGS ?=
 
-.PHONY: install system python test test-slow reproduce corpus lint clean joeynmt-env
+.PHONY: install system python test test-slow reproduce corpus lint clean joeynmt-env onmt-env
 
 install: system python
 
@@ -71,4 +71,23 @@ joeynmt-env: .venv-joey/.installed
 .venv-joey/.installed:
 	python3 -m venv .venv-joey
 	.venv-joey/bin/pip install -q torch==2.13.0 joeynmt==2.3.0 sentencepiece==0.2.1 importlib_metadata
+	@touch $@
+
+# OpenNMT-py 3.5.1 for scripts/benchmark.py --onmt-arms, in its own environment. Its metadata
+# pins torch<2.3 (a CUDA build from PyPI), so it goes in with --no-deps beside the CPU torch
+# 2.13.0, followed by what onmt_train/onmt_translate import: onmt.transforms imports every
+# transform module at start-up (spacy, pyahocorasick, fasttext, regex, rapidfuzz), the
+# vocabularies are pyonmttok's. Left out: ctranslate2 (optional import), tensorboard (only
+# with -tensorboard), flask and waitress (onmt_server). Checkpoints need
+# TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 with torch >= 2.6: scripts/bench_onmt.py sets it.
+onmt-env: .venv-onmt/.installed
+.venv-onmt/.installed:
+	python3 -m venv .venv-onmt
+	.venv-onmt/bin/pip install -q torch==2.13.0
+	.venv-onmt/bin/pip install -q --no-deps OpenNMT-py==3.5.1
+	.venv-onmt/bin/pip install -q configargparse==1.9.0 pyonmttok==1.38.1 PyYAML==6.0.4 \
+	  sacrebleu==2.6.0 rapidfuzz==3.14.6 pyahocorasick==2.3.1 regex==2026.11.19 numpy==2.4.6 \
+	  spacy==3.8.18 fasttext-wheel==0.9.2
+	.venv-onmt/bin/python -W ignore -c "import torch, onmt.bin.train, onmt.bin.translate; \
+	  assert torch.version.cuda is None, 'a CUDA build of torch came in'"
 	@touch $@

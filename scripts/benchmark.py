@@ -1,9 +1,10 @@
-"""Speed on the Bible corpus, ours vs JoeyNMT 2.3.0 side by side (issue 6).
+"""Speed on the Bible corpus, ours vs JoeyNMT 2.3.0 (and OpenNMT-py 3.5.1) side by side (issue 6).
 
     PYTHONPATH=. .venv/bin/python scripts/benchmark.py --json runs/benchmark/results.json
     ... --quick                      # a 1-2 minute smoke run (few batches, 10 sentences)
     ... --bf16                       # also our arms under CPU bf16 autocast (train.precision=bf16)
     ... --minutes 16                 # also: test BLEU after 16 minutes of training each
+    ... --onmt-arms bahdanau,luong   # also OpenNMT-py 3.5.1 (`make onmt-env`), round by round
 
 Configuration (both toolkits): GRU, embeddings 256, hidden 256, bidirectional encoder,
 one layer, dropout 0.2, our 8k SentencePiece models per side, our length-filtered
@@ -20,7 +21,10 @@ for (w + repeats) x per-repeat updates logging every per-repeat updates (its
 least one), then `joeynmt test` with beam 5 and 1
 (its "Generation took" time: search only, no model/data loading). Decoding speeds of
 barely trained models are not comparable (their outputs run to each toolkit's length
-cap); `--minutes` (or `--ours-run`) gives both sides trained models.
+cap); `--minutes` (or `--ours-run`) gives both sides trained models. OpenNMT-py
+(`make onmt-env`, `--onmt-arms`): `onmt_train` on the same pieces for the same updates,
+its "tok/s" report lines the same way, then `onmt_translate` with beam 5 and 1 (its
+"Average translation time"); see scripts/bench_onmt.py for what differs.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_joey
+import bench_onmt
 import bench_ours
 import torch
 
@@ -49,7 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--arms", default="none,bahdanau,luong", help="our attention arms, comma-separated")
     p.add_argument("--joey-arms", default="bahdanau,luong",
                    help="JoeyNMT attentions to run ('' = none); skipped when .venv-joey is missing")
-    p.add_argument("--no-joey", action="store_true", help="measure ours only")
+    p.add_argument("--no-joey", action="store_true", help="skip JoeyNMT")
+    p.add_argument("--onmt-arms", default="",
+                   help="OpenNMT-py 3.5.1 attentions to run, e.g. bahdanau,luong (mlp, general); "
+                        "'' = none (default); skipped when .venv-onmt is missing")
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
     p.add_argument("--with-denormals", action="store_true",
                    help="also time our training with train.flush_denormals=false (rows "
@@ -103,6 +111,9 @@ def check_args(args: argparse.Namespace) -> None:
     for arm in filter(None, args.joey_arms.split(",")):
         if arm not in ("bahdanau", "luong"):
             raise ConfigError(f"--joey-arms: JoeyNMT has no {arm!r} attention; use bahdanau,luong")
+    for arm in filter(None, args.onmt_arms.split(",")):
+        if arm not in bench_onmt.ATTENTIONS:
+            raise ConfigError(f"--onmt-arms: no OpenNMT-py arm {arm!r}; use bahdanau,luong")
     for name in ("threads", "batch_tokens", "repeats", "per_repeat", "matmul_size", "rounds"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
@@ -232,18 +243,59 @@ def joey_warmup_windows(args: argparse.Namespace) -> int:
 JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
 
 
+def measure_onmt(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """OpenNMT-py training and decoding speed per arm, plus the shared files and batch sizing."""
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
+    bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
+    files = bench_onmt.export_data(bench, work / "onmt_data")
+    d = bench.data
+    keys = [d.train.src(int(i)).tobytes() for i in d.train_idx]  # it skips repeated sources
+    batch = bench_onmt.match_batch_size(d.train.src_lens[d.train_idx], d.train.tgt_lens[d.train_idx],
+                                        args.batch_tokens, keys)
+    out: dict[str, Any] = {"batch": batch, "files": files, "arms": {},
+                           "mismatches": bench_onmt.MISMATCHES}
+    warm = joey_warmup_windows(args)  # the same rule: whole logging windows, at least one
+    updates = (warm + args.repeats) * args.per_repeat
+    for arm in filter(None, args.onmt_arms.split(",")):
+        ocfg = bench_onmt.onmt_config(arm, files, work / f"onmt_{arm}", batch["batch_size"],
+                                      updates, args.per_repeat)
+        ONMT_CONFIGS[arm] = ocfg
+        row = {"train": bench_onmt.train(ocfg, work, args.threads, warmup_windows=warm)}
+        for beam, key in ((1, "greedy"), (5, "beam5")):
+            res = bench_onmt.test(ocfg, files, work, beam, args.threads)
+            res.pop("hypotheses")
+            row[key] = res
+        row["params"] = row["train"]["params"]
+        row["peak_rss_mib"] = max(row["train"]["peak_rss_mib"], row["beam5"]["peak_rss_mib"])
+        out["arms"][arm] = row
+        t = row["train"]
+        print(f"onmt  {arm:14s} {t['tgt_tok_per_s']:9.0f} {t['src_tok_per_s']:9.0f} "
+              f"{row['greedy']['sent_per_s']:8.1f} {row['beam5']['sent_per_s']:8.1f} "
+              f"{row['peak_rss_mib']:8.0f}", flush=True)
+    return out
+
+
+# OpenNMT-py's config per arm from measure_onmt, reused by later rounds
+ONMT_CONFIGS: dict[str, dict[str, Any]] = {}
+
+
 def _timed_series(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every training measurement that later rounds repeat: our rows, JoeyNMT's and its +ftz."""
+    """Every training measurement that later rounds repeat: our rows, JoeyNMT's and its +ftz,
+    OpenNMT-py's."""
     joey = results.get("joey", {}).get("arms", {})
+    onmt = results.get("onmt", {}).get("arms", {})
     return ([row["train"] for row in results["ours"].values()]
-            + [row[key] for row in joey.values() for key in ("train", "train_ftz") if key in row])
+            + [row[key] for row in joey.values() for key in ("train", "train_ftz") if key in row]
+            + [row["train"] for row in onmt.values()])
 
 
 def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
-    """Rounds 2..N of training speed only, per arm ours (each variant) then JoeyNMT's, so
-    each pair is measured minutes apart; every tokens/s becomes the median over the
-    rounds and ``round_ratios`` keeps ours/theirs of every round."""
+    """Rounds 2..N of training speed only, per arm ours (each variant) then JoeyNMT's, then
+    OpenNMT-py's, so each pair is measured minutes apart; every tokens/s becomes the median
+    over the rounds and ``round_ratios`` (JoeyNMT) and ``onmt.round_ratios`` keep
+    ours/theirs of every round."""
     ours, joey = results["ours"], results.get("joey", {}).get("arms", {})
+    onmt = results.get("onmt", {}).get("arms", {})
     for train in _timed_series(results):
         train["tgt_tok_per_s_rounds"] = [train["tgt_tok_per_s"]]
     for r in range(2, args.rounds + 1):
@@ -261,6 +313,12 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
                 mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
                 line += (f" JoeyNMT{'+ftz' if key == 'train_ftz' else ''} {theirs:.0f} "
                          f"(x{mine / theirs:.2f}),")
+            if arm in onmt:
+                theirs = bench_onmt.train(ONMT_CONFIGS[arm], work, args.threads,
+                                          warmup_windows=joey_warmup_windows(args))["tgt_tok_per_s"]
+                onmt[arm]["train"]["tgt_tok_per_s_rounds"].append(theirs)
+                mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
+                line += f" OpenNMT-py {theirs:.0f} (x{mine / theirs:.2f}),"
             print(line.rstrip(",") + " tgt tok/s", flush=True)
     for train in _timed_series(results):
         train["tgt_tok_per_s_round1"] = train["tgt_tok_per_s"]
@@ -270,10 +328,16 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
             [o / j for o, j in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
                                    joey[arm][key]["tgt_tok_per_s_rounds"], strict=True)]
         for arm in joey if arm in ours for key in ("train", "train_ftz") if key in joey[arm]}
+    if onmt:
+        results["onmt"]["round_ratios"] = {
+            arm: [o / t for o, t in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
+                                        onmt[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
+            for arm in onmt if arm in ours}
 
 
 def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """ours / JoeyNMT per arm for training tokens/s and decoding sentences/s."""
+    """ours / JoeyNMT (or OpenNMT-py: the same shape) per arm for training tokens/s and
+    decoding sentences/s."""
     out = {}
     for arm, j in joey.get("arms", {}).items():
         o = ours.get(arm)
@@ -316,18 +380,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         use_joey = False
     if use_joey:
         results["joey"] = measure_joey(args, work)
+    use_onmt = bool(args.onmt_arms)
+    if use_onmt and not bench_onmt.onmt_available():
+        print("OpenNMT-py skipped: .venv-onmt is missing (run `make onmt-env`)")
+        use_onmt = False
+    if use_onmt:
+        results["onmt"] = measure_onmt(args, work)
     if args.rounds > 1:
         more_rounds(args, work, results)
         print(f"training tgt tok/s, median of {args.rounds} rounds: " + ", ".join(
             f"{side} {arm} {row['train']['tgt_tok_per_s']:.0f}"
             for side, rows in (("ours", results["ours"]),
-                               ("JoeyNMT", results.get("joey", {}).get("arms", {})))
+                               ("JoeyNMT", results.get("joey", {}).get("arms", {})),
+                               ("OpenNMT-py", results.get("onmt", {}).get("arms", {})))
             for arm, row in rows.items())
             + "".join(f", JoeyNMT {arm}+ftz {row['train_ftz']['tgt_tok_per_s']:.0f}"
                       for arm, row in results.get("joey", {}).get("arms", {}).items()
                       if "train_ftz" in row))
         for arm, rs in results.get("round_ratios", {}).items():
             print(f"ours/joey {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
+        for arm, rs in results.get("onmt", {}).get("round_ratios", {}).items():
+            print(f"ours/onmt {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
     if use_joey:
         results["ratios"] = ratios(results["ours"], results["joey"])
         print_ratios("ours/joey", results["ratios"])
@@ -342,6 +415,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
             results["equal_time"] = equal_time_bleu(args, work, results)
         print("Not matched exactly:\n" + "\n".join(f"- {m}" for m in bench_joey.MISMATCHES))
+    if use_onmt:
+        results["onmt"]["ratios"] = ratios(results["ours"], results["onmt"])
+        print_ratios("ours/onmt", results["onmt"]["ratios"])
+        b = results["onmt"]["batch"]
+        print(f"OpenNMT-py batch_size {b['batch_size']} (sentences x longest of max(src, tgt+2)): "
+              f"{b['tgt_tokens']:.0f} real target tokens per batch (simulated), padding "
+              f"{100 * b['padding_fraction']:.0f}%")
+        print("OpenNMT-py, not matched exactly:\n"
+              + "\n".join(f"- {m}" for m in bench_onmt.MISMATCHES))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
