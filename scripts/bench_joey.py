@@ -206,15 +206,20 @@ def train(cfg: dict[str, Any], work: Path, timeout: float = 3600, flush_denormal
     return {"tgt_tok_per_s": statistics.median(timed) if timed else float("nan"),
             "tgt_tok_per_s_repeats": timed, "warmup_windows": len(rates) - len(timed),
             "updates": cfg["training"]["updates"], "wall_s": wall, "config": str(path),
-            "peak_rss_mib": peak_rss_mib(text)}
+            "log": str(log), "peak_rss_mib": peak_rss_mib(text)}
 
 
-def test(cfg: dict[str, Any], work: Path, beam: int, timeout: float = 3600) -> dict[str, Any]:
-    """Decode dev + test with the trained model; the test hypotheses and JoeyNMT's own
-    'Generation took' time for the test set (search only: model and data loading excluded)."""
-    cfg = {**cfg, "testing": {**cfg["testing"], "beam_size": beam,
-                              "load_model": str(Path(cfg["model_dir"]) / "latest.ckpt")}}
-    name = f"{cfg['name']}.beam{beam}"
+def test(cfg: dict[str, Any], work: Path, beam: int, timeout: float = 3600,
+         ckpt: Path | None = None, test_prefix: str | None = None, tag: str = "") -> dict[str, Any]:
+    """Decode dev + test with the trained model (``ckpt``, default its latest.ckpt); the test
+    hypotheses and JoeyNMT's own 'Generation took' time for the test set (search only: model
+    and data loading excluded). ``test_prefix``: another test set (data.test, the path
+    without its .<lang>); ``tag`` goes into the names of the files written."""
+    data = {**cfg["data"], "test": test_prefix} if test_prefix else cfg["data"]
+    cfg = {**cfg, "data": data, "testing": {
+        **cfg["testing"], "beam_size": beam,
+        "load_model": str(ckpt or Path(cfg["model_dir"]) / "latest.ckpt")}}
+    name = f"{cfg['name']}{'.' + tag if tag else ''}.beam{beam}"
     path = write_config(cfg, work / f"{name}.yaml")
     out = work / name
     text, wall = run_joey(["test", str(path), "-o", str(out)], work / f"{name}.log", timeout)

@@ -3,7 +3,9 @@
     PYTHONPATH=. .venv/bin/python scripts/benchmark.py --json runs/benchmark/results.json
     ... --quick                      # a 1-2 minute smoke run (few batches, 10 sentences)
     ... --bf16                       # also our arms under CPU bf16 autocast (train.precision=bf16)
-    ... --minutes 16                 # also: test BLEU after 16 minutes of training each
+    ... --minutes 16                 # also: test BLEU along 16 minutes of training each,
+                                     # read every --mark-minutes (5); plot it with
+                                     # scripts/plot_bleu_minutes.py
     ... --onmt-arms bahdanau,luong   # also OpenNMT-py 3.5.1 (`make onmt-env`), round by round
 
 Configuration (both toolkits): GRU, embeddings 256, hidden 256, bidirectional encoder,
@@ -84,6 +86,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=0.0,
                    help="also train both toolkits this many minutes per JoeyNMT arm, then "
                         "compare test BLEU (beam 5) and decoding speed of the trained models")
+    p.add_argument("--mark-minutes", type=float, default=None, metavar="K",
+                   help="with --minutes M: read test BLEU and decoding speed at K, 2K, ... "
+                        "minutes up to M (default 5; 0 = at M only)")
+    p.add_argument("--mark-sentences", type=int, default=None, metavar="N",
+                   help="test sentences decoded at each mark (every k-th of the split; 0 = the "
+                        "whole split; default --decode-sentences)")
+    p.add_argument("--full-test-at-end", action="store_true",
+                   help="with --minutes: also decode the whole test split at the last mark")
     p.add_argument("--ours-run", action="append", default=[], metavar="ARM=DIR",
                    help="a trained run folder of ours for ARM: used for decoding speed and, "
                         "with --minutes, instead of training ours")
@@ -119,6 +129,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
     if min(args.warmup, args.decode_sentences, args.minutes, args.profile) < 0:
         raise ConfigError("--warmup, --decode-sentences, --minutes and --profile must be >= 0")
+    if min(args.mark_minutes or 0, args.mark_sentences or 0) < 0:
+        raise ConfigError("--mark-minutes and --mark-sentences must be >= 0")
     ours_runs(args.ours_run)
 
 

@@ -1,0 +1,226 @@
+"""scripts/bench_bleu.py (`benchmark.py --minutes M --mark-minutes K`) and
+scripts/plot_bleu_minutes.py: the mark schedule, JoeyNMT's checkpoint steps and times,
+the results JSON as marks come in, and the plot. None of it needs JoeyNMT."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import bench_bleu  # noqa: E402
+import bench_joey  # noqa: E402
+import benchmark  # noqa: E402
+import plot_bleu_minutes  # noqa: E402
+
+from seq2seq.errors import ConfigError  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_mark_schedule():
+    assert bench_bleu.mark_schedule(30, 5) == [5, 10, 15, 20, 25, 30]
+    assert bench_bleu.mark_schedule(16, 5) == [5, 10, 15, 16]  # M itself is always a mark
+    assert bench_bleu.mark_schedule(1, 0.5) == [0.5, 1]
+    assert bench_bleu.mark_schedule(0.3, 0.1) == [0.1, 0.2, 0.3]  # no float drift past M
+    assert bench_bleu.mark_schedule(10, 0) == [10]  # 0: at M only
+    assert bench_bleu.mark_schedule(3, 5) == [3]
+    with pytest.raises(ConfigError, match="--mark-minutes"):
+        bench_bleu.mark_schedule(10, -1)
+    with pytest.raises(ConfigError, match="--minutes"):
+        bench_bleu.mark_schedule(0, 5)
+
+
+def test_mark_options_and_defaults():
+    args = benchmark.parse_args(["--minutes", "30"])
+    assert bench_bleu.mark_settings(args) == (5.0, 500)  # every 5 min, --decode-sentences
+    args = benchmark.parse_args(["--quick", "--minutes", "1", "--mark-minutes", "0.5",
+                                 "--mark-sentences", "40", "--full-test-at-end"])
+    assert bench_bleu.mark_settings(args) == (0.5, 40) and args.full_test_at_end
+    assert bench_bleu.mark_settings(benchmark.parse_args(["--quick"]))[1] == 10
+    with pytest.raises(ConfigError, match="--mark-minutes"):
+        benchmark.parse_args(["--minutes", "30", "--mark-minutes", "-5"])
+
+
+@pytest.mark.parametrize(("marks", "every", "rate"), [
+    ([5, 10, 15, 20, 25, 30], 5, 28.3), ([5, 10, 15, 16], 5, 10), ([10], 0, 37.4),
+    ([0.5, 1], 0.5, 0.3), ([5, 10], 5, 1e-3)])
+def test_joey_updates_hit_every_mark(marks, every, rate):
+    updates = bench_bleu.joey_mark_updates(marks, every, rate)
+    freq = bench_bleu.joey_validation_freq(updates)
+    log_every = bench_bleu.joey_log_every(freq)
+    assert len(updates) == len(marks) and updates[0] >= 1
+    assert all(a < b for a, b in zip(updates, updates[1:], strict=False))
+    assert freq % log_every == 0 and 1 <= log_every <= 100  # JoeyNMT's config rules
+    for minutes, u in zip(marks[:-1], updates[:-1], strict=True):  # validations save these checkpoints
+        assert u % freq == 0, (minutes, u)
+    if rate >= 1:  # the last update count is the last mark's minutes at the rate
+        assert updates[-1] == pytest.approx(marks[-1] * rate, abs=max(1, rate * every / 2))
+
+
+def test_joey_updates_values():
+    assert bench_bleu.joey_mark_updates([5, 10, 15], 5, 28.3) == [142, 284, 426]
+    assert bench_bleu.joey_mark_updates([5, 10, 15, 16], 5, 10) == [50, 100, 150, 160]
+    assert bench_bleu.joey_log_every(840) == 84
+    assert bench_bleu.joey_log_every(97) == 97 and bench_bleu.joey_log_every(101) == 1
+
+
+JOEY_LOG = """\
+2026-12-01 22:18:11,678 - INFO - joeynmt.training - Train config:
+2026-12-01 22:18:11,678 - INFO - joeynmt.training - EPOCH 1
+2026-12-01 22:18:33,471 - INFO - joeynmt.training - Epoch   1, Step:       10, Batch Loss: 7.1
+2026-12-01 22:20:11,000 - INFO - joeynmt.prediction - Predicting 20 example(s)... (Greedy)
+Predicting...: 100%|##########| 20/20 [00:00<00:00, 46.07it/s]
+2026-12-01 22:20:12,500 - INFO - joeynmt.prediction - Generation took 0.4372[sec].
+2026-12-01 22:20:13,000 - INFO - joeynmt.training - Checkpoint saved in /w/joey/140.ckpt.
+2026-12-01 22:20:13,100 - INFO - joeynmt.training - EPOCH 2
+2026-12-01 22:22:11,000 - INFO - joeynmt.prediction - Predicting 20 example(s)... (Greedy)
+2026-12-01 22:22:12,000 - INFO - joeynmt.training - Checkpoint saved in /w/joey/280.ckpt.
+2026-12-01 22:22:40,000 - INFO - joeynmt.training - Training ended since maximum num. of updates 300 was reached.
+2026-12-01 22:22:41,000 - INFO - joeynmt.training - Checkpoint saved in /w/joey/300.ckpt.
+2026-12-01 22:22:41,500 - INFO - joeynmt.training - Checkpoint saved in /w/joey/300.ckpt.
+"""
+
+
+def test_joey_mark_times_from_its_log():
+    times = bench_bleu.joey_mark_times(JOEY_LOG)
+    assert set(times) == {140, 280, 300}
+    assert times[140]["train_wall_s"] == pytest.approx(121.322)  # 22:18:11.678 -> 22:20:13.000
+    assert times[140]["train_s"] == pytest.approx(121.322 - 2.0)  # its validation took 2 s
+    assert times[280]["train_s"] == pytest.approx(240.322 - 3.0)
+    assert times[300]["train_wall_s"] == pytest.approx(269.322)  # the first save of step 300
+    assert times[300]["train_s"] == pytest.approx(269.322 - 3.0)
+
+
+def fake_decoded(bleu: float, beam5_rate: float, n: int = 40) -> dict:
+    return {"beam5": {"bleu": bleu, "sent_per_s": beam5_rate, "seconds": n / beam5_rate,
+                      "sentences": n, "signature": "nrefs:1|case:mixed|..."},
+            "greedy": {"bleu": bleu - 1, "sent_per_s": 3 * beam5_rate, "seconds": n / beam5_rate / 3,
+                       "sentences": n, "signature": "nrefs:1|case:mixed|..."}}
+
+
+def fake_results(tmp_path: Path, marks: list[float] = (5, 10, 15)) -> tuple[dict, Path]:
+    """The results of a 15-minute run with 5-minute marks, written mark by mark."""
+    out = tmp_path / "res.json"
+    results = {"cpu": {"model": "Test CPU @ 2.0GHz", "cores": 2, "flags": []},
+               "args": {"threads": 2}}
+    log = bench_bleu.MarkLog(results, str(out), {"minutes": marks[-1], "mark_minutes": 5,
+                                                  "marks": list(marks), "test_sentences": 40,
+                                                  "threads": 2})
+    assert json.loads(out.read_text())["equal_time"]["arms"] == {}  # written before any mark
+    for arm in ("bahdanau", "luong"):
+        for i, m in enumerate(marks, 1):
+            log.add(arm, "ours", bench_bleu.mark_record(m, 400 * i, 60 * m, 55 * m,
+                                                        fake_decoded(5.0 * i, 40.0)))
+            on_disk = json.loads(out.read_text())["equal_time"]["arms"][arm]["ours"]["marks"]
+            assert len(on_disk) == i  # every mark is on disk as soon as it is measured
+        for i, m in enumerate(marks, 1):
+            log.add(arm, "joey", bench_bleu.mark_record(m, 140 * i, 61 * m, 58 * m,
+                                                        fake_decoded(1.0 * i, 8.0)))
+        log.arm(arm).update(bench_bleu.final_ratios(log.arm(arm)))
+    log.write()
+    return results, out
+
+
+def test_marks_json_shape(tmp_path, capsys):
+    results, out = fake_results(tmp_path)
+    lines = [x for x in capsys.readouterr().out.splitlines() if "min mark" in x]
+    assert len(lines) == 12  # one line per mark, toolkit and arm
+    assert lines[0].startswith("5 min mark, bahdanau, ours: 400 steps")
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(results))
+    arm = saved["equal_time"]["arms"]["bahdanau"]
+    for side in ("ours", "joey"):
+        marks = arm[side]["marks"]
+        assert [m["minutes"] for m in marks] == [5, 10, 15]
+        for m in marks:
+            assert {"minutes", "train_s", "train_wall_s", "steps", "bleu_beam5", "bleu_greedy",
+                    "beam5_sent_per_s", "greedy_sent_per_s", "sentences"} <= set(m)
+    assert arm["ratio_beam5_sent_per_s"] == pytest.approx(5.0)
+    assert arm["ratio_greedy_sent_per_s"] == pytest.approx(5.0)
+
+
+def test_plot_writes_a_png(tmp_path):
+    _, res = fake_results(tmp_path)
+    png = tmp_path / "docs" / "bleu_per_minute.png"
+    assert plot_bleu_minutes.main(["--json", str(res), "--out", str(png)]) == png
+    data = png.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    series = plot_bleu_minutes.series(json.loads(res.read_text()))
+    assert {(t, a) for t, a, *_ in series} == {(t, a) for t in ("ours", "joey")
+                                               for a in ("bahdanau", "luong")}
+    assert series[0][2] == [5, 10, 15] and series[0][3] == [5.0, 10.0, 15.0]  # wall minutes
+    assert "Test CPU @ 2.0GHz, 2 threads" in plot_bleu_minutes.cpu_title(json.loads(res.read_text()))
+
+
+def test_plot_without_marks_is_a_clear_error(tmp_path):
+    res = tmp_path / "speed_only.json"
+    res.write_text(json.dumps({"cpu": {"model": "x"}, "ours": {}}))
+    with pytest.raises(ConfigError, match="no BLEU marks in .*speed_only.json.*--minutes"):
+        plot_bleu_minutes.main(["--json", str(res), "--out", str(tmp_path / "x.png")])
+    with pytest.raises(ConfigError, match="cannot read"):
+        plot_bleu_minutes.main(["--json", str(tmp_path / "missing.json"), "--out", str(tmp_path / "x.png")])
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_resume_segments_change_budget_keys_only(tmp_path):
+    args = argparse.Namespace(threads=2, batch_tokens=3000, data=["data.root=/d"])
+    first = bench_bleu.ours_segment_command(args, "luong", tmp_path / "run", 5, first=True)
+    later = bench_bleu.ours_segment_command(args, "luong", tmp_path / "run", 10, first=False)
+    assert "train.max_minutes=5" in first and "model/attention=luong" in first
+    assert "train.overwrite=true" in first and "data.root=/d" in first
+    assert "train.max_minutes=10" in later and "train.resume=true" in later
+    # a resume may change only budget and bookkeeping keys (seq2seq.runs.folder)
+    keys = {a.split("=", 1)[0] for a in later if "=" in a}
+    assert keys <= {"run_dir", "train.max_minutes", "train.threads", "train.resume"}
+
+
+@pytest.mark.slow
+def test_ours_segments_on_the_tiny_corpus(tiny_corpus, tmp_path, capsys):
+    """Two 0.05-minute segments: the clock sums over the resume, each mark decoded."""
+    args = argparse.Namespace(threads=1, batch_tokens=200, minutes=0.1, ours_run=[],
+                              data=[*tiny_corpus, "model.emb_size=16", "model.hidden_size=16",
+                                    "train.max_epochs=10000", "train.patience=0"])
+    pairs = [("uno dos", "one two"), ("tres", "three")]
+    subset = bench_bleu.TestSet("marks2", [s for s, _ in pairs], [t for _, t in pairs])
+    log = bench_bleu.MarkLog({}, str(tmp_path / "r.json"), {})
+    bench_bleu.train_ours_marks(args, "luong", tmp_path, [0.05, 0.1], subset, None, log)
+    marks = log.toolkit("luong", "ours")["marks"]
+    assert [m["minutes"] for m in marks] == [0.05, 0.1]
+    assert 3 <= marks[0]["train_wall_s"] < marks[1]["train_wall_s"]
+    assert marks[1]["train_wall_s"] >= 6 and marks[0]["steps"] < marks[1]["steps"]
+    assert all(m["stop_reason"].startswith("max_minutes") for m in marks)
+    assert all(Path(m["checkpoint"]).is_file() and m["sentences"] == 2 for m in marks)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not bench_joey.joey_available(), reason="no .venv-joey (make joeynmt-env)")
+def test_minutes_marks_end_to_end_on_the_tiny_corpus(tiny_corpus, tmp_path):
+    """benchmark.py --minutes with marks, both toolkits, then the plot from its JSON."""
+    out = tmp_path / "res.json"
+    data = [arg for o in [*tiny_corpus, "train.patience=0", "train.max_epochs=10000"]
+            for arg in ("--data", o)]
+    benchmark.main(["--quick", "--arms", "bahdanau", "--joey-arms", "bahdanau",
+                    "--batch-tokens", "200", "--matmul-size", "256", "--minutes", "0.2",
+                    "--mark-minutes", "0.1", "--mark-sentences", "8", "--full-test-at-end",
+                    "--work", str(tmp_path), "--json", str(out), *data])
+    res = json.loads(out.read_text())
+    et = res["equal_time"]
+    assert et["marks"] == [0.1, 0.2] and et["test_sentences"] == 8
+    arm = et["arms"]["bahdanau"]
+    for side in ("ours", "joey"):
+        marks = arm[side]["marks"]
+        assert [m["minutes"] for m in marks] == [0.1, 0.2]
+        assert marks[0]["steps"] < marks[1]["steps"]
+        assert 0 < marks[0]["train_wall_s"] < marks[1]["train_wall_s"]
+        assert all(m["sentences"] == 8 and m["beam5_sent_per_s"] > 0 for m in marks)
+        assert marks[-1]["full_test"]["sentences"] == et["test_split_sentences"] == 40
+    assert arm["joey"]["mark_updates"] == [m["steps"] for m in arm["joey"]["marks"]]
+    assert arm["ratio_beam5_sent_per_s"] > 0 and arm["ratio_beam5_sent_per_s_full_test"] > 0
+    png = plot_bleu_minutes.main(["--json", str(out), "--out", str(tmp_path / "p.png")])
+    assert png.read_bytes().startswith(PNG_MAGIC)
