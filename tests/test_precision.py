@@ -75,3 +75,30 @@ def test_training_records_the_choice_and_a_resume_keeps_it(tiny_train_overrides,
           "train.resume=true")
     assert json.loads((run_dir / "summary.json").read_text())["precision"] == chosen
     assert f"precision: {chosen} (kept from the run's start)" in (run_dir / "train.log").read_text()
+
+
+@pytest.mark.parametrize("name", ["bahdanau", "luong"])
+def test_decoding_under_autocast_casts_the_values_once(name: str) -> None:
+    """Without grad under autocast, encode stores the attention values in bf16 once, so no
+    step casts them again; a step gives exactly what it gives with fp32 values, which the
+    context bmm would cast at every step."""
+    from seq2seq.config import AttentionConfig, ModelConfig
+    from seq2seq.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(emb_size=16, hidden_size=16,
+                                    attention=AttentionConfig(name=name)), 20, 20).eval()
+    src, lens = torch.randint(4, 20, (3, 6)), torch.tensor([6, 4, 2])
+    y = torch.tensor([1, 5, 7])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        once = model.encode(src, lens)
+        with torch.enable_grad():  # training keeps fp32 values (their gradient is fp32)
+            per_step = model.encode(src, lens)
+        assert once.attn.values.dtype == torch.bfloat16
+        assert per_step.attn.values.dtype == torch.float32
+        state = model.init_state(once)
+        logits_a, _, w_a = model.step(y, state, once)
+        logits_b, _, w_b = model.step(y, state, per_step)
+    assert torch.equal(logits_a, logits_b) and torch.equal(w_a, w_b)
+    with torch.no_grad():  # no autocast: nothing is cast
+        assert model.encode(src, lens).attn.values.dtype == torch.float32

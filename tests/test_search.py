@@ -12,6 +12,7 @@ from model_helpers import (
     one_thread,  # noqa: F401  (autouse fixture)
     reverse_task,
 )
+from search_reference import reference_beam_search
 from torch import nn
 
 from seq2seq.config import AttentionConfig, ModelConfig
@@ -112,6 +113,46 @@ def _assert_same(a, b):
         return
     assert a[0] == b[0]
     assert a[1] == pytest.approx(b[1], abs=1e-4)
+
+
+@pytest.mark.parametrize("beam,nbest", [(1, 1), (3, 2), (5, 1), (5, 5)])
+@pytest.mark.parametrize("name", ["trained", "none", "bahdanau", "luong", "lstm"])
+def test_beam_search_equals_the_plain_reference(trained, name, beam, nbest):
+    """The per-step records traced back give what copying every history gives: the same
+    tokens, scores and attention, with sentences retiring at different steps (EOS, the
+    n-best rule, the length cap) and an empty output among them."""
+    if name == "trained":
+        model, src, lens = trained
+    elif name == "lstm":
+        torch.manual_seed(2)
+        model = build_model(ModelConfig(emb_size=16, hidden_size=16, rnn_type="lstm",
+                                        attention=AttentionConfig(name="luong")), VOCAB, VOCAB)
+        src, lens = trained[1], trained[2]
+    else:
+        model, src, lens = _untrained(name), trained[1], trained[2]
+    for ratio, extra in ((2.0, 10), (0.3, 1), (0.0, 1)):
+        got = beam_search(model, src, lens, beam=beam, nbest=nbest, max_len_ratio=ratio,
+                          max_len_extra=extra)
+        want = reference_beam_search(model, src, lens, beam=beam, nbest=nbest,
+                                     max_len_ratio=ratio, max_len_extra=extra)
+        assert len(got) == len(want)
+        for g_hyps, w_hyps in zip(got, want, strict=True):
+            assert [h.tokens for h in g_hyps] == [h.tokens for h in w_hyps]
+            assert [h.score for h in g_hyps] == [h.score for h in w_hyps]
+            for g, w in zip(g_hyps, w_hyps, strict=True):
+                assert g.attention.dtype == w.attention.dtype == torch.float32
+                torch.testing.assert_close(g.attention, w.attention, rtol=0, atol=0)
+
+
+def test_an_empty_output_has_an_empty_attention():
+    """EOS as the first token: no tokens, attention (0, src_len), from both searches."""
+    model = _Scripted()
+    model.step = lambda y, st, mem: (torch.where(torch.arange(6) == EOS_ID, 0.0, -9.0)
+                                     .expand(y.size(0), 6).clone(), _State(y), mem.width.clone())
+    src, lens = torch.tensor([[7, 7, 7]]), torch.tensor([3])
+    for search in (beam_search, reference_beam_search):
+        [[hyp]] = search(model, src, lens, beam=2)
+        assert hyp.tokens == [] and hyp.attention.shape == (0, 3)
 
 
 def test_nbest_sorted_distinct_and_scored_correctly(trained):

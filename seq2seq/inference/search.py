@@ -121,8 +121,50 @@ def beam_search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int = 5,
     with _eval_mode(model):
         search = _BeamSearch(model, src, src_lens, beam, nbest, alpha,
                              _max_lengths(src_lens, max_len_ratio, max_len_extra))
-        finished = search.run()
-    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
+        return search.run()
+
+
+@dataclass
+class _Ended:
+    """A hypothesis set aside: its normalised score and the end of its path (see _Paths)."""
+
+    score: float
+    step: int  # its last token's step, -1 for an empty output
+    row: int
+
+
+class _Paths:
+    """Every live hypothesis's tokens and attention, as per-step records.
+
+    Copying each live row's history at every step costs O(T^2) per sentence; instead
+    step t records its tokens, the row of step t-1 each one extends (``parents``), and
+    the attention weights as the model returned them (``weights``, read through
+    ``weight_rows``). Only the hypotheses returned are traced back, once.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[list[int]] = []
+        self.parents: list[list[int]] = []
+        self.weight_rows: list[list[int]] = []
+        self.weights: list[Tensor] = []
+
+    def record(self, tokens: Tensor, parents: list[int], weight_rows: list[int],
+               weights: Tensor) -> None:
+        self.tokens.append(tokens.tolist())
+        self.parents.append(parents)
+        self.weight_rows.append(weight_rows)
+        self.weights.append(weights)
+
+    def trace(self, step: int, row: int, n_src: int) -> tuple[list[int], Tensor]:
+        """Tokens (len,) and attention (len, n_src) float32 of the path ending at (step, row)."""
+        tokens, weights = [], []
+        for s in range(step, -1, -1):
+            tokens.append(self.tokens[s][row])
+            weights.append(self.weights[s][self.weight_rows[s][row], :n_src])
+            row = self.parents[s][row]
+        if not weights:
+            return [], torch.zeros((0, n_src))
+        return tokens[::-1], torch.stack(weights[::-1]).float().cpu()
 
 
 class _BeamSearch:
@@ -142,23 +184,32 @@ class _BeamSearch:
         self.scores = torch.full((n, beam), float("-inf"), device=dev)
         self.scores[:, 0] = 0.0
         self.y = torch.full((n * beam,), BOS_ID, dtype=torch.long, device=dev)
-        self.history = torch.zeros((n * beam, 0), dtype=torch.long, device=dev)
-        self.attn = torch.zeros((n * beam, 0, src.size(1)), device=dev)
-        self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+        self.paths = _Paths()
+        # live row -> its row in the last record; None while they are the same rows
+        self.origin: list[int] | None = None
+        self.finished: list[list[_Ended]] = [[] for _ in range(n)]
 
     def run(self) -> list[list[Hypothesis]]:
         for t in range(max(self.max_len)):
             self._advance(t)
             if not self.active:
                 break
-        return self.finished
+        out = []
+        for sentence, ended in enumerate(self.finished):
+            best = sorted(ended, key=lambda e: -e.score)[: self.nbest]  # stable: ties keep order
+            hyps = []
+            for e in best:
+                tokens, attention = self.paths.trace(e.step, e.row, self.src_lens[sentence])
+                hyps.append(Hypothesis(tokens, e.score, attention))
+            out.append(hyps)
+        return out
 
-    def _keep(self, sentence: int, row: int, score: float, length: int) -> None:
-        n_src = self.src_lens[sentence]
-        self.finished[sentence].append(Hypothesis(
-            tokens=self.history[row].tolist(),
-            score=score / length_penalty(length, self.alpha),
-            attention=self.attn[row, :, :n_src].float().cpu().clone()))
+    def _keep(self, sentence: int, step: int, row: int, score: float, length: int) -> None:
+        self.finished[sentence].append(
+            _Ended(score / length_penalty(length, self.alpha), step, row))
+
+    def _record_row(self, live_row: int) -> int:
+        return live_row if self.origin is None else self.origin[live_row]
 
     def _advance(self, t: int) -> None:
         k, n = self.k, len(self.active)
@@ -170,16 +221,19 @@ class _BeamSearch:
         tok = top_i % vocab
         rows = torch.arange(n, device=tok.device).unsqueeze(1) * k + top_i // vocab
         is_eos = tok == EOS_ID
-        # ended hypotheses: EOS among the k best candidates (excluding EOS from attention)
+        # ended hypotheses: EOS among the k best candidates; their path ends at step t-1
         for i, r in is_eos[:, :k].nonzero().tolist():
             if top_s[i, r] > float("-inf"):
-                self._keep(self.active[i], int(rows[i, r]), float(top_s[i, r]), t + 1)
+                row = int(rows[i, r])
+                self._keep(self.active[i], t - 1, self._record_row(row) if t else -1,
+                           float(top_s[i, r]), t + 1)
         # live hypotheses: the k best candidates that did not end
         self.scores, pick = top_s.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
         keep_rows = rows.gather(1, pick).view(-1)
         self.y = tok.gather(1, pick).view(-1)
-        self.history = torch.cat([self.history[keep_rows], self.y.unsqueeze(1)], dim=1)
-        self.attn = torch.cat([self.attn[keep_rows], w[keep_rows].float().unsqueeze(1)], dim=1)
+        live = keep_rows.tolist()
+        self.paths.record(self.y, [self._record_row(r) for r in live] if t else live, live, w)
+        self.origin = None
         self.state = state.index_select(keep_rows)
         self._retire(t)
 
@@ -201,7 +255,7 @@ class _BeamSearch:
             if t + 1 >= self.max_len[sentence]:
                 for j in range(k):  # the cap ends the live hypotheses without EOS
                     if scores[i][j] > float("-inf"):
-                        self._keep(sentence, i * k + j, scores[i][j], t + 1)
+                        self._keep(sentence, t, i * k + j, scores[i][j], t + 1)
             elif not self._done(sentence, scores[i][0], t + 1):
                 still.append(i)
         if len(still) == len(self.active):
@@ -210,7 +264,7 @@ class _BeamSearch:
         rows = (idx.unsqueeze(1) * k + torch.arange(k, device=idx.device)).view(-1)
         self.active = [self.active[i] for i in still]
         self.scores = self.scores.index_select(0, idx)
-        self.y, self.history = self.y[rows], self.history[rows]
-        self.attn = self.attn[rows]
+        self.y = self.y[rows]
+        self.origin = rows.tolist()
         self.state = self.state.index_select(rows)
         self.memory = self.memory.index_select(rows)

@@ -12,7 +12,7 @@ the RNN type or the attention.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -74,6 +74,10 @@ class Seq2Seq(nn.Module):
         mask = _length_mask(lengths, src.size(1))
         states, final = self.encoder(src, lengths, mask)
         attn = self.decoder.attention.init(states, mask)
+        device = src.device.type
+        if not torch.is_grad_enabled() and torch.is_autocast_enabled(device):
+            # decoding under autocast: every step's context bmm would cast the values again
+            attn = replace(attn, values=attn.values.to(torch.get_autocast_dtype(device)))
         return Memory(final, attn)
 
     def init_state(self, memory: Memory) -> DecoderState:
