@@ -9,7 +9,8 @@ same process, one after the other (filter first), each with the thread count tha
 ``precision=auto`` picks for that mode (``--precision`` overrides): the filter decodes each
 line alone on 1 thread (:func:`seq2seq.inference.command.run_filter`, what a pipe gets), file
 mode decodes blocks in length-sorted token batches on all cores
-(:func:`seq2seq.inference.translate_file.translate_lines`, what ``input=``/``< file`` gets). It
+(:func:`seq2seq.inference.translate_file.translate_lines`, what ``input=``/``< file`` gets),
+with the ``workers`` its ``workers=-1`` (auto) picks (``--workers`` overrides). It
 checks that both wrote the same translations, and records lines/s, the ratio, the
 threads and the CPU (model and flags).
 """
@@ -26,7 +27,7 @@ from types import SimpleNamespace
 import torch
 
 from seq2seq.evaluation.command import run_split
-from seq2seq.inference.command import choose_precision, run_filter
+from seq2seq.inference.command import choose_precision, choose_workers, run_filter
 from seq2seq.inference.translate_file import Writers, translate_lines
 from seq2seq.inference.translator import Translator
 from seq2seq.runtime import cpu_description
@@ -44,6 +45,8 @@ def main() -> None:
     p.add_argument("--file-threads", type=int, default=0,
                    help="torch threads of file mode (0 = all cores: the CLI's auto for a file)")
     p.add_argument("--modes", default="filter,file", help="which modes to time, in order")
+    p.add_argument("--workers", type=int, default=-1,
+                   help="as seq2seq-translate's workers= (file mode): -1 = auto, timed at start")
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
                    help="as seq2seq-translate's precision=: auto times the decoder per mode")
     p.add_argument("--out", default="", help="also write the record as JSON here")
@@ -60,13 +63,18 @@ def main() -> None:
     outputs = {}
     modes = args.modes.split(",")
     settings = SimpleNamespace(precision=args.precision, beam=args.beam,
-                               batch_tokens=args.batch_tokens)
+                               batch_tokens=args.batch_tokens, workers=args.workers)
     for mode in modes:
         torch.set_num_threads(threads[mode])
+        translator.workers = choose_workers(settings, translator, batched=mode == "file")
+        if translator.workers > 1:  # each worker decodes on one thread: probe the precision there
+            torch.set_num_threads(1)
         choice = choose_precision(settings, translator, batched=mode == "file")
+        torch.set_num_threads(threads[mode])
         translator.bf16 = choice.bf16
         record[f"{mode}_precision"] = choice.reason
-        print(f"{mode}: precision {choice.reason}", flush=True)
+        record[f"{mode}_workers"] = translator.workers
+        print(f"{mode}: precision {choice.reason}; {translator.workers} worker(s)", flush=True)
         out, err = io.StringIO(), io.StringIO()
         start = time.perf_counter()
         if mode == "filter":

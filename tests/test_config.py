@@ -228,3 +228,15 @@ def test_cli_names_the_choices_of_a_fixed_set(tmp_path: Path) -> None:
     assert "full_key: model.attention.name" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_eval_workers_must_be_auto_or_positive() -> None:
+    from seq2seq.config import EvalConfig, validate_eval
+
+    ev = OmegaConf.structured(EvalConfig)
+    validate_eval(ev)  # the default, -1: auto
+    ev.workers = 2
+    validate_eval(ev)
+    ev.workers = 0
+    with pytest.raises(ConfigError, match=r"workers=0 must be -1 \(auto\)"):
+        validate_eval(ev)

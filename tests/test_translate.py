@@ -287,7 +287,8 @@ def test_auto_threads_are_one_for_a_pipe_and_all_cores_for_a_file(monkeypatch, t
 
     loaded = SimpleNamespace(model=None, device=torch.device("cpu"), bf16=None)
     monkeypatch.setattr(Translator, "from_run", classmethod(lambda cls, *a, **k: loaded))
-    cfg = _cfg(run=str(tmp_path), precision="fp32")  # fp32: no probe of the stand-in model
+    # fp32 and one worker: no probe of the stand-in model
+    cfg = _cfg(run=str(tmp_path), precision="fp32", workers=1)
     assert cfg.threads == -1  # the default: auto
     assert translator_from_config(cfg) is loaded and calls == [1] and loaded.bf16 is False
     translator_from_config(cfg, batched=True)
@@ -297,6 +298,8 @@ def test_auto_threads_are_one_for_a_pipe_and_all_cores_for_a_file(monkeypatch, t
     assert calls == [1, 3]
     with pytest.raises(ConfigError, match="threads=-2 must be >= -1"):
         validate_translate(_cfg(threads=-2))
+    with pytest.raises(ConfigError, match="workers=0 must be -1"):
+        validate_translate(_cfg(workers=0))
 
 
 def test_bf16_decoding_runs_the_model_in_bf16_and_keeps_the_translations() -> None:
@@ -355,7 +358,7 @@ def test_precision_auto_times_the_decoder_at_the_mode_batch_size(monkeypatch, tm
 
 
 def test_the_decoding_probe_leaves_the_model_as_it_was() -> None:
-    from seq2seq.inference.decode import step_probe
+    from seq2seq.inference.probe import step_probe
 
     t = trained_word_translator()
     t.model.train()

@@ -176,3 +176,72 @@ def test_file_mode_errors_are_one_line(run_dir: Path, tmp_path: Path) -> None:
     proc = cli(f"run={run_dir}", f"input={run_dir / 'config.yaml'}", "alignment=fuzzy")
     err = proc.stderr.decode()  # refused by Hydra while composing: its short report
     assert proc.returncode == 1 and "expected one of [soft, hard]" in err and "Traceback" not in err
+
+
+def test_batches_side_by_side_equal_one_at_a_time() -> None:
+    """workers=2: the same translations, scores, n-best lists and alignments, in input order,
+    as one batch at a time; torch's thread count is back afterwards."""
+    import torch
+
+    t = trained_word_translator()
+    before = torch.get_num_threads()
+    serial = _run(t, LINES * 3, nbest=2, block_lines=100)
+    t.workers = 2
+    try:
+        parallel = _run(t, LINES * 3, nbest=2, block_lines=100)
+    finally:
+        t.workers = 1
+    assert parallel == serial
+    assert torch.get_num_threads() == before
+
+
+def test_workers_keep_order_autocast_and_errors() -> None:
+    """in_workers: results in item order, the caller's autocast inside every worker (it is
+    thread-local), one torch thread each while they run, and a worker's error raised."""
+    import torch
+
+    from seq2seq.inference.workers import in_workers
+
+    def job(i: int) -> tuple[int, bool, int]:
+        return i, torch.is_autocast_enabled("cpu"), torch.get_num_threads()
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = list(in_workers(job, range(7), 3))
+    assert got == [(i, True, 1) for i in range(7)]
+    assert [x[1] for x in in_workers(job, range(3), 2)] == [False] * 3
+
+    def fail(i: int) -> int:
+        if i == 4:
+            raise ValueError("batch 4")
+        return i
+
+    with pytest.raises(ValueError, match="batch 4"):
+        list(in_workers(fail, range(6), 2))
+
+
+def test_auto_workers_follow_the_timings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """workers=-1 takes one batch per thread only when the probe timed them side by side
+    clearly faster; workers=N is taken as given; the filter and the prompt use 1."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from seq2seq.inference import command, workers
+
+    t = trained_word_translator()
+    cfg = SimpleNamespace(workers=-1, batch_tokens=60, beam=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for side_by_side_s, expected in ((1.0, 2), (1.9, 1)):
+            def timed(fn, s=side_by_side_s):  # one batch alone takes 1 s: 2 s one after another
+                return s if fn.__name__ == "side_by_side" else 1.0
+            monkeypatch.setattr(workers, "_seconds", timed)
+            assert command.choose_workers(cfg, t, batched=True) == expected
+        assert command.choose_workers(cfg, t, batched=False) == 1
+        assert command.choose_workers(SimpleNamespace(workers=3, batch_tokens=60, beam=2), t,
+                                      batched=True) == 3
+        torch.set_num_threads(1)
+        assert command.choose_workers(cfg, t, batched=True) == 1  # one thread: nothing to split
+    finally:
+        torch.set_num_threads(before)

@@ -59,6 +59,13 @@ def validate_eval(ev: Any) -> None:
     check(ev.batch_tokens > 0, f"batch_tokens={ev.batch_tokens} must be positive")
     check(ev.n_boot >= 1, f"n_boot={ev.n_boot} must be >= 1 (1000 is the default)")
     check_device(ev.device)
+    check_workers(ev.workers)
+
+
+def check_workers(workers: int) -> None:
+    """``workers``: -1 (auto, seq2seq.inference.workers) or a positive number of batches."""
+    check(workers == -1 or workers >= 1,
+          f"workers={workers} must be -1 (auto) or a number of batches decoded at once")
 
 
 def validate_evaluate(cfg: Any) -> None:
@@ -94,6 +101,7 @@ def validate_translate(cfg: Any) -> None:
     check(cfg.max_src_tokens >= 0,
            f"max_src_tokens={cfg.max_src_tokens} must be >= 0 (0 = from the run's training length)")
     check(cfg.threads >= -1, f"threads={cfg.threads} must be >= -1 (-1 = auto, 0 = all cores)")
+    check_workers(cfg.workers)
     check_device(cfg.device)
     check(cfg.batch_tokens > 0, f"batch_tokens={cfg.batch_tokens} must be positive")
     check_run_value(cfg.run)

@@ -239,6 +239,9 @@ class TranslateConfig:
     # sentence at a time is small matrix work that more threads only slow down on a busy
     # machine, docs/performance.md#decoding), all cores for file mode (big batches)
     threads: int = -1
+    # file mode: batches decoded at once, each in a thread on one torch thread; -1 = auto (one
+    # per thread where timing a few decoder steps shows it faster than one batch on all of them)
+    workers: int = -1
 
 
 @dataclass
@@ -264,6 +267,9 @@ class EvalConfig:
     boot_seed: int = 12345
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
+    # batches decoded at once, each in a thread on one torch thread; -1 = auto (timed at start,
+    # seq2seq/inference/workers.py); the decodings are the same either way
+    workers: int = -1
 
 
 @dataclass

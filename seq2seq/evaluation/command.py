@@ -163,8 +163,9 @@ def decode_run(run: Any, split_name: str, ev: Any, name: str | None = None
     ensemble), reusing a cached decoding.
 
     ``ev`` holds the EvalConfig fields (beam, alpha, max_len_ratio, max_len_extra,
-    batch_tokens, device, threads). The cache lives in ``<run folder>/eval/cache/``.
+    batch_tokens, device, threads, workers). The cache lives in ``<run folder>/eval/cache/``.
     """
+    from seq2seq.inference.workers import choose_workers
     from seq2seq.runtime import resolve_device
 
     _, _, split = run_split(run, split_name)
@@ -180,11 +181,12 @@ def decode_run(run: Any, split_name: str, ev: Any, name: str | None = None
         return split, _system(name, Decoded.from_dict(payload), True, source)
     device = resolve_device(ev.device)
     model, tokenizers, _ = load_models([str(p) for p in paths], device=device)
-    log.info("%s on %s: decoding %d sentences (beam %d) on %s", name, split_name,
-             len(split.sources), ev.beam, device)
+    workers, why = choose_workers(ev.workers, model, ev.batch_tokens, ev.beam)
+    log.info("%s on %s: decoding %d sentences (beam %d) on %s; workers %s", name, split_name,
+             len(split.sources), ev.beam, device, why)
     decoded = decode(model, tokenizers, split.sources, beam=ev.beam, alpha=ev.alpha,
                      max_len_ratio=ev.max_len_ratio, max_len_extra=ev.max_len_extra,
-                     batch_tokens=ev.batch_tokens, device=device)
+                     batch_tokens=ev.batch_tokens, device=device, workers=workers)
     _write_json_atomic(cache, decoded.to_dict())
     log.info("%s on %s: %.1f s, %.1f sentences/s", name, split_name, decoded.seconds,
              len(split.sources) / max(decoded.seconds, 1e-9))

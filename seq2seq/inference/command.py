@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from seq2seq.errors import CheckpointError
 from seq2seq.inference.settings import SearchSettings
 from seq2seq.inference.translator import Translator
-
-PROBE_SRC_LEN = 30  # source subwords of the precision probe's sentences (a typical verse)
 
 
 def run_filter(translator: Translator, lines: IO[bytes], out: IO[str], err: IO[str],
@@ -58,8 +58,40 @@ def translator_from_config(cfg: Any, batched: bool = False) -> Translator:
         torch.set_num_threads(threads)
     search = SearchSettings(cfg.alpha, cfg.max_len_ratio, cfg.max_len_extra)
     translator = Translator.from_run(cfg.run, cfg.device, cfg.max_src_tokens, search)
-    translator.bf16 = choose_precision(cfg, translator, batched).bf16
+    translator.workers = choose_workers(cfg, translator, batched)
+    with _threads(1 if translator.workers > 1 else 0):  # each worker decodes on one thread
+        translator.bf16 = choose_precision(cfg, translator, batched).bf16
     return translator
+
+
+def choose_workers(cfg: Any, translator: Translator, batched: bool) -> int:
+    """``workers=`` resolved for this mode (seq2seq.inference.workers.choose_workers): file
+    mode's batches may decode side by side; the filter and the prompt decode one sentence
+    at a time, so 1. In file mode on a terminal the choice goes to stderr."""
+    if not batched:
+        return 1
+    from seq2seq.inference import workers
+
+    n, why = workers.choose_workers(cfg.workers, translator.model, cfg.batch_tokens, cfg.beam)
+    if sys.stderr.isatty():
+        print(f"workers: {why}", file=sys.stderr, flush=True)
+    return n
+
+
+@contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch on ``n`` threads inside the block (0: as it is)."""
+    import torch
+
+    if not n:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def choose_precision(cfg: Any, translator: Translator, batched: bool) -> Any:
@@ -68,7 +100,7 @@ def choose_precision(cfg: Any, translator: Translator, batched: bool) -> Any:
     on a terminal the choice and its timings go to stderr, beside the progress bar (logs
     and the filter's stderr are for warnings only)."""
     from seq2seq import precision
-    from seq2seq.inference.decode import step_probe
+    from seq2seq.inference.probe import PROBE_SRC_LEN, step_probe
 
     sentences = max(1, cfg.batch_tokens // PROBE_SRC_LEN) if batched else 1
     probe = step_probe(translator.model, sentences, cfg.beam, PROBE_SRC_LEN)

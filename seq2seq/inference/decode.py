@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from seq2seq.config import check_beam
-from seq2seq.constants import BOS_ID, PAD_ID, UNK_ID
+from seq2seq.constants import PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.search import Hypothesis, SearchSettings, beam_search, greedy
 
@@ -124,23 +124,35 @@ def _search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, nbest: i
 
 def search_batches(model: nn.Module, encoded: Sequence[list[int]], beam: int, nbest: int = 1,
                    settings: SearchSettings | None = None, batch_tokens: int = 2000,
-                   device: str | torch.device | None = None
+                   device: str | torch.device | None = None, workers: int = 1
                    ) -> Iterator[tuple[list[int], list[list[Hypothesis]]]]:
     """The one batched decoding path of evaluation, the Translator and file translation.
 
     ``encoded``: source ids per sentence (no BOS/EOS). Yields, batch by batch (longest
     sources first, :func:`length_sorted_batches`), the sentence indices and per sentence
     its ``nbest`` hypotheses, best first. Empty sources are skipped. ``beam=1`` is greedy
-    search. ``device``: where the batches go (default: the model's).
+    search. ``device``: where the batches go (default: the model's). ``workers`` > 1
+    decodes that many batches at once (:func:`seq2seq.inference.workers.in_workers`); the results and their order
+    are the same.
     """
     check_beam(beam, nbest)
     settings = settings or SearchSettings()
     settings.check()
     if device is None:
         device = next(model.parameters()).device
-    for idx in length_sorted_batches([len(e) for e in encoded], batch_tokens):
-        src, src_lens = _pad([encoded[i] for i in idx], torch.device(device))
-        yield idx.tolist(), _search(model, src, src_lens, beam, nbest, settings)
+    device = torch.device(device)
+
+    def run(idx: np.ndarray) -> tuple[list[int], list[list[Hypothesis]]]:
+        src, src_lens = _pad([encoded[i] for i in idx], device)
+        return idx.tolist(), _search(model, src, src_lens, beam, nbest, settings)
+
+    batches = length_sorted_batches([len(e) for e in encoded], batch_tokens)
+    if workers > 1 and len(batches) > 1:
+        from seq2seq.inference.workers import in_workers
+
+        yield from in_workers(run, batches, workers, device.type)
+    else:
+        yield from map(run, batches)
 
 
 def decode(
@@ -154,6 +166,7 @@ def decode(
     batch_tokens: int = 2000,
     device: str | torch.device = "cpu",
     progress: bool = True,
+    workers: int = 1,
 ) -> Decoded:
     """Translate ``sources`` with ``model``; results come back in the order of ``sources``.
 
@@ -162,6 +175,7 @@ def decode(
     tokens. ``batch_tokens`` bounds the padded source tokens per batch (before beam
     expansion). A sentence's output does not depend on its batch (search guarantees it).
     ``progress`` shows a bar on stderr when stderr is a terminal (never in a log file).
+    ``workers``: batches decoded at once (:func:`search_batches`).
     """
     start = time.perf_counter()
     settings = SearchSettings(alpha, max_len_ratio, max_len_extra)
@@ -169,7 +183,7 @@ def decode(
     hyps = [""] * len(sources)
     ents = [math.nan] * len(sources)
     lens = [0] * len(sources)
-    batches = search_batches(model, encoded, beam, 1, settings, batch_tokens, device)
+    batches = search_batches(model, encoded, beam, 1, settings, batch_tokens, device, workers)
     total = sum(1 for e in encoded if e)
     with tqdm(total=total, unit="sent", desc=f"decode beam={beam}",
               disable=None if progress else True, leave=False) as bar:  # None: terminals only
@@ -180,29 +194,3 @@ def decode(
                 lens[i] = len(hyp.tokens)
             bar.update(len(idx))
     return Decoded(hyps, ents, lens, time.perf_counter() - start)
-
-
-def step_probe(model: nn.Module, sentences: int, beam: int, src_len: int = 30,
-               steps: int = 8) -> Callable[[], None]:
-    """A function that encodes a synthetic batch of ``sentences`` sources of ``src_len``
-    tokens and runs ``steps`` decoder steps on its ``sentences * beam`` rows: what one
-    batch of this size costs, for timing a precision (seq2seq.precision.choose)."""
-    batch: dict[str, Tensor] = {}  # made at the first call: building it costs nothing unused
-
-    def run() -> None:
-        if not batch:
-            device = next(model.parameters()).device
-            # the cost does not depend on which ids are read: UNK exists in every vocabulary
-            batch["src"] = torch.full((sentences, src_len), UNK_ID, dtype=torch.long, device=device)
-            batch["lens"] = torch.full((sentences,), src_len, dtype=torch.long, device=device)
-            batch["rows"] = torch.arange(sentences, device=device).repeat_interleave(beam)
-        with torch.inference_mode():
-            memory = model.encode(batch["src"], batch["lens"]).index_select(batch["rows"])
-            state = model.init_state(memory)
-            y = torch.full((batch["rows"].numel(),), BOS_ID, dtype=torch.long,
-                           device=batch["src"].device)
-            for _ in range(steps):
-                logits, state, _ = model.step(y, state, memory)
-                y = logits.argmax(dim=-1).clamp_min(4)
-
-    return run

@@ -214,19 +214,25 @@ class _BeamSearch:
     def _advance(self, t: int) -> None:
         k, n = self.k, len(self.active)
         logits, state, w = self.model.step(self.y, self.state, self.memory)
-        logp = _log_probs(logits)
-        vocab = logp.size(-1)
-        cand = (self.scores.view(-1, 1) + logp).view(n, k * vocab)
+        logp = _log_probs(logits)  # (n*k, V)
+        # a sentence's 2k best continuations are among the 2k best of each of its rows:
+        # choosing per row first spares the (n, k*V) matrix of every candidate's score
+        width = min(2 * k, logp.size(-1))
+        row_s, row_tok = logp.topk(width, dim=1)  # (n*k, width)
+        cand = (self.scores.view(-1, 1) + row_s).view(n, k * width)
         top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k): at most k of them end in EOS
-        tok = top_i % vocab
-        rows = torch.arange(n, device=tok.device).unsqueeze(1) * k + top_i // vocab
+        tok = row_tok.view(n, k * width).gather(1, top_i)
+        rows = torch.arange(n, device=tok.device).unsqueeze(1) * k + top_i // width
         is_eos = tok == EOS_ID
         # ended hypotheses: EOS among the k best candidates; their path ends at step t-1
-        for i, r in is_eos[:, :k].nonzero().tolist():
-            if top_s[i, r] > float("-inf"):
-                row = int(rows[i, r])
-                self._keep(self.active[i], t - 1, self._record_row(row) if t else -1,
-                           float(top_s[i, r]), t + 1)
+        ended = is_eos[:, :k].nonzero().tolist()
+        if ended:
+            scores, row_of = top_s.tolist(), rows.tolist()
+            for i, r in ended:
+                if scores[i][r] > float("-inf"):
+                    row = row_of[i][r]
+                    self._keep(self.active[i], t - 1, self._record_row(row) if t else -1,
+                               scores[i][r], t + 1)
         # live hypotheses: the k best candidates that did not end
         self.scores, pick = top_s.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
         keep_rows = rows.gather(1, pick).view(-1)

@@ -68,6 +68,8 @@ class Translator:
         # bf16 autocast while searching (seq2seq.precision chooses it); the log-softmax and
         # the beam scores stay fp32
         self.bf16 = bf16
+        # batches decoded at once in file translation (seq2seq.inference.decode.in_workers)
+        self.workers = 1
 
     @classmethod
     def from_run(cls, path: str | Path | Sequence[str], device: str = "cpu", max_src_tokens: int = 0,
@@ -128,7 +130,7 @@ class Translator:
         from seq2seq.runtime import autocast
 
         batches = search_batches(self.model, [ids for ids, _, _ in encoded], beam, nbest,
-                                 self.search, batch_tokens)
+                                 self.search, batch_tokens, workers=self.workers)
         with autocast(self.device, self.bf16):  # the generator decodes inside this block
             for idx, hyps_per_sentence in batches:
                 for i, hyps in zip(idx, hyps_per_sentence, strict=True):
