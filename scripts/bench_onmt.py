@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from bench_joey import write_lines
 
 from seq2seq.errors import Seq2SeqError
 
@@ -95,10 +96,6 @@ MISMATCHES = [
 
 def onmt_available() -> bool:
     return ONMT_PYTHON.is_file()
-
-
-def write_lines(path: Path, lines: list[str]) -> None:
-    path.write_text("".join(s.replace("\n", " ") + "\n" for s in lines), encoding="utf-8")
 
 
 def pieces(tok: Any, ids: Any) -> str:
