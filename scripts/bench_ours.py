@@ -189,8 +189,23 @@ def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[s
             "out_tok_per_s": n_out / out.seconds, "mean_out_len": n_out / max(len(out.lengths), 1)}
 
 
+def resolve_auto(run: Run, batch: batching.Batch) -> tuple[bool, str]:
+    """``train.precision=auto`` as seq2seq-train resolves it: forward+backward passes of
+    ``batch`` timed in fp32 and bf16 (seq2seq.precision.choose). Returns (bf16, reason)."""
+    from seq2seq import precision
+
+    def one_pass() -> None:
+        total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
+        (total / batch.n_tgt_tokens).backward()
+        run.model.zero_grad(set_to_none=True)
+
+    choice = precision.choose("auto", torch.device("cpu"), one_pass)
+    return choice.bf16, choice.reason
+
+
 def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """Everything for one arm. settings: data_overrides, batch_tokens, bf16, threads,
+    """Everything for one arm. settings: data_overrides, batch_tokens, bf16, precision
+    (optional: "auto" times both precisions first, as seq2seq-train does), threads,
     flush_denormals (train.flush_denormals, default true),
     warmup, repeats, per_repeat, decode_sentences, decode (bool), profile (batches under
     torch.profiler after the timing, 0 = none), decode_runs ({arm: run
@@ -206,8 +221,12 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
     batches = [batching.collate(d.train, i) for i in idx[:need]]
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if settings["bf16"] else contextlib.nullcontext()
-    row: dict[str, Any] = {"arm": arm, "bf16": settings["bf16"], "denormals_flushed": flushed,
+    reason = f"{'bf16' if run.bf16 else 'fp32'} (train.precision={cfg.train.precision})"
+    if settings.get("precision") == "auto":
+        run.bf16, reason = resolve_auto(run, batches[0])
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
+    row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "precision": reason,
+                           "denormals_flushed": flushed,
                            "params": count_parameters(run.model),
                            "batch": batch_stats(batches)}
     row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],

@@ -2,6 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python scripts/benchmark.py --json runs/benchmark/results.json
     ... --quick                      # a 1-2 minute smoke run (few batches, 10 sentences)
+    ... --precision auto             # our rows in the precision seq2seq-train's auto picks
     ... --bf16                       # also our arms under CPU bf16 autocast (train.precision=bf16)
     ... --minutes 16                 # also: test BLEU along 16 minutes of training each,
                                      # read every --mark-minutes (5); plot it with
@@ -60,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--onmt-arms", default="",
                    help="OpenNMT-py 3.5.1 attentions to run, e.g. bahdanau,luong (mlp, general); "
                         "'' = none (default); skipped when .venv-onmt is missing")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "auto"),
+                   help="our main rows' train.precision: auto times fp32 and bf16 passes on the "
+                        "first batch and keeps bf16 where it is faster, as seq2seq-train does "
+                        "(each row records the choice; ratios are of the chosen precision)")
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
     p.add_argument("--with-denormals", action="store_true",
                    help="also time our training with train.flush_denormals=false (rows "
@@ -145,9 +150,10 @@ def ours_runs(specs: list[str]) -> dict[str, str]:
     return runs
 
 
-def settings_of(args: argparse.Namespace, bf16: bool, flush_denormals: bool = True
-                ) -> dict[str, Any]:
+def settings_of(args: argparse.Namespace, bf16: bool, flush_denormals: bool = True,
+                precision: str = "") -> dict[str, Any]:
     return {"data_overrides": args.data, "batch_tokens": args.batch_tokens, "bf16": bf16,
+            "precision": precision or ("bf16" if bf16 else "fp32"),
             "flush_denormals": flush_denormals,
             "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
             "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
@@ -177,7 +183,7 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
 
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     """(row-name suffix, settings) of each configuration of ours to measure per arm."""
-    out = [("", settings_of(args, False))]
+    out = [("", settings_of(args, False, precision=args.precision))]
     if args.bf16:
         out.append(("+bf16", settings_of(args, True)))
     if args.with_denormals:
@@ -191,7 +197,7 @@ def measure_ours(args: argparse.Namespace, rates: dict[str, float]) -> dict[str,
     for suffix, settings in variants(args):
         for arm in args.arms.split(","):
             row = run_arm_child(arm, settings)
-            rate = rates["bf16_flops_per_s" if settings["bf16"] else "fp32_flops_per_s"]
+            rate = rates["bf16_flops_per_s" if row["bf16"] else "fp32_flops_per_s"]
             row["achieved_flops_per_s"] = row["flops_per_tgt_token"] * row["train"]["tgt_tok_per_s"]
             row["fraction_of_matmul"] = row["achieved_flops_per_s"] / rate
             rows[arm + suffix] = row
@@ -205,11 +211,12 @@ def print_row(name: str, row: dict[str, Any]) -> None:
            if "greedy" in row else f"{'-':>8s} {'-':>8s}")
     print(f"ours  {name:14s} {t['tgt_tok_per_s']:9.0f} {t['src_tok_per_s']:9.0f} {dec} "
           f"{row['peak_rss_mib']:8.0f} {row['flops_per_tgt_token'] / 1e6:9.1f} "
-          f"{100 * row['fraction_of_matmul']:6.1f}%", flush=True)
+          f"{100 * row['fraction_of_matmul']:6.1f}% {'bf16' if row['bf16'] else 'fp32':>5s}",
+          flush=True)
 
 
 HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':>8s} "
-          f"{'beam5/s':>8s} {'peak MiB':>8s} {'MFLOP/tok':>9s} {'of mm':>7s}")
+          f"{'beam5/s':>8s} {'peak MiB':>8s} {'MFLOP/tok':>9s} {'of mm':>7s} {'prec':>5s}")
 
 
 def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -315,9 +322,12 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
             line = f"round {r}:"
             for suffix, settings in variants(args):
                 settings = {**settings, "decode": False, "profile": 0}
-                rate = run_arm_child(arm, settings)["train"]["tgt_tok_per_s"]
+                row = run_arm_child(arm, settings)
+                rate = row["train"]["tgt_tok_per_s"]
                 ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"].append(rate)
-                line += f" ours {arm + suffix} {rate:.0f},"
+                ours[arm + suffix].setdefault("bf16_rounds", [ours[arm + suffix]["bf16"]]).append(
+                    row["bf16"])
+                line += f" ours {arm + suffix} {rate:.0f} ({'bf16' if row['bf16'] else 'fp32'}),"
             for key in [k for k in ("train", "train_ftz") if k in joey.get(arm, {})]:
                 theirs = bench_joey.train(JOEY_CONFIGS[arm], work, flush_denormals=key == "train_ftz",
                                           warmup_windows=joey_warmup_windows(args))["tgt_tok_per_s"]

@@ -47,6 +47,22 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
         assert row["peak_rss_mib"] > 50
 
 
+def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_path):
+    """--precision auto: each row says which precision it ran in and why, and the
+    fraction of the matmul rate is taken against that precision's rate."""
+    out = tmp_path / "bench.json"
+    data = [arg for o in tiny_corpus for arg in ("--data", o)]
+    benchmark.main(["--quick", "--no-joey", "--arms", "bahdanau", "--batch-tokens", "200",
+                    "--matmul-size", "256", "--precision", "auto", "--work", str(tmp_path),
+                    "--json", str(out), *data])
+    res = json.loads(out.read_text())
+    row = res["ours"]["bahdanau"]
+    assert row["precision"].startswith("bf16" if row["bf16"] else "fp32")
+    assert "auto" in row["precision"] or "no native bf16" in row["precision"]
+    rate = res["matmul"]["bf16_flops_per_s" if row["bf16"] else "fp32_flops_per_s"]
+    assert row["fraction_of_matmul"] == pytest.approx(row["achieved_flops_per_s"] / rate)
+
+
 def test_joey_batches_count_padding():
     src = np.array([9, 9, 9, 9, 19, 19])  # +1 EOS: 10 and 20 positions per row
     tgt = np.array([4, 4, 4, 4, 4, 4])

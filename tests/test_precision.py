@@ -102,3 +102,45 @@ def test_decoding_under_autocast_casts_the_values_once(name: str) -> None:
     assert torch.equal(logits_a, logits_b) and torch.equal(w_a, w_b)
     with torch.no_grad():  # no autocast: nothing is cast
         assert model.encode(src, lens).attn.values.dtype == torch.float32
+
+
+def _casts(run) -> int:
+    """How many tensor copies with a dtype change (``aten::_to_copy``) ``run()`` makes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    return sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+
+
+def test_decoding_under_autocast_casts_each_weight_once_per_batch() -> None:
+    """Greedy decoding under bf16 autocast: the casts do not grow by a weight per step
+    (autocast's cast cache works in decoding's grad mode), while the same steps under
+    inference_mode, where the cache does not work, cast the weights at every step."""
+    from seq2seq.config import AttentionConfig, ModelConfig
+    from seq2seq.inference import search
+    from seq2seq.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(emb_size=16, hidden_size=16,
+                                    attention=AttentionConfig(name="bahdanau")), 20, 20).eval()
+    src, lens = torch.randint(4, 20, (2, 5)), torch.tensor([5, 3])
+
+    def steps(n: int, grad_mode) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16), grad_mode():
+            memory = model.encode(src, lens)
+            state = model.init_state(memory)
+            y = torch.ones(2, dtype=torch.long)
+            for _ in range(n):
+                _, state, _ = model.step(y, state, memory)
+
+    def per_step(grad_mode) -> float:
+        return (_casts(lambda: steps(8, grad_mode)) - _casts(lambda: steps(2, grad_mode))) / 6
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert isinstance(search.no_grad_mode("cpu"), torch.no_grad)
+    assert isinstance(search.no_grad_mode("cpu"), torch.inference_mode)
+    old = per_step(torch.inference_mode)
+    new = per_step(lambda: search.no_grad_mode("cpu"))  # called inside the autocast
+    assert old >= 4  # the step's weight matrices were cast again at every step
+    assert new <= old - 8, (old, new)

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.constants import BOS_ID, UNK_ID
+from seq2seq.inference.search import no_grad_mode
 
 PROBE_SRC_LEN = 30  # source subwords of the probes' sentences (a typical verse)
 
@@ -27,7 +28,7 @@ def step_probe(model: nn.Module, sentences: int, beam: int, src_len: int = PROBE
             batch["src"] = torch.full((sentences, src_len), UNK_ID, dtype=torch.long, device=device)
             batch["lens"] = torch.full((sentences,), src_len, dtype=torch.long, device=device)
             batch["rows"] = torch.arange(sentences, device=device).repeat_interleave(beam)
-        with torch.inference_mode():
+        with no_grad_mode(batch["src"].device.type):
             memory = model.encode(batch["src"], batch["lens"]).index_select(batch["rows"])
             state = model.init_state(memory)
             y = torch.full((batch["rows"].numel(),), BOS_ID, dtype=torch.long,

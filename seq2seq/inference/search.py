@@ -13,7 +13,7 @@ that reaches the cap ends there without EOS.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -40,13 +40,26 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def no_grad_mode(device_type: str) -> AbstractContextManager:
+    """The grad-free mode decoding runs in: ``inference_mode``, except under autocast.
+
+    Autocast keeps one low-precision copy of each weight for as long as its context
+    is open, but not for casts made in inference mode: there every decoder step
+    would cast every weight again. ``no_grad`` keeps the cache working.
+    """
+    if torch.is_autocast_enabled(device_type):
+        return torch.no_grad()
+    return torch.inference_mode()
+
+
 @contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
     """Decode without dropout, then give the model back in the mode it came in."""
     was_training = model.training
     model.eval()
+    device_type = next(model.parameters()).device.type
     try:
-        with torch.inference_mode():
+        with no_grad_mode(device_type):
             yield
     finally:
         model.train(was_training)
