@@ -63,7 +63,11 @@ MISMATCHES = [
     "source + 10 per sentence. Both stop at EOS; beam length penalty alpha 0.6 in both.",
     "Decoding batches: JoeyNMT test batches of 2000 padded tokens in file order (no length "
     "sorting); ours 2000 padded source tokens, length-sorted.",
-    "Initialisation: each toolkit's own defaults (JoeyNMT xavier_uniform, ours torch's).",
+    "Initialisation: embeddings N(0, 1) in both (JoeyNMT embed_initializer normal, weight "
+    "1.0: torch's nn.Embedding default, which ours keeps). JoeyNMT's own default, "
+    "xavier_uniform embeddings (std ~0.016 at 8k x 256), left it at the unigram loss for "
+    "hundreds of updates on this corpus (docs/performance.md). Other weights: each "
+    "toolkit's default (JoeyNMT xavier_uniform, ours torch's).",
     "Denormals: ours flushes them to zero in every thread (train.flush_denormals, default "
     "true); stock JoeyNMT computes on them. --joey-flush-denormals also times JoeyNMT with "
     "them flushed (set before its threads start, checked in every thread): rows 'ARM+ftz'.",
@@ -159,7 +163,8 @@ def joey_config(arm: str, files: dict[str, str], langs: tuple[str, str], model_d
         "testing": {"beam_size": beam, "beam_alpha": 0.6, "batch_size": 2000,
                     "batch_type": "token", "eval_metrics": ["bleu"],
                     "sacrebleu_cfg": {"tokenize": "13a"}},
-        "model": {"encoder": {**rnn, "bidirectional": True},
+        "model": {"embed_initializer": "normal", "embed_init_weight": 1.0,  # see MISMATCHES
+                  "encoder": {**rnn, "bidirectional": True},
                   "decoder": {**rnn, "attention": arm, "hidden_dropout": 0.2,
                               "init_hidden": "bridge", "input_feeding": True}},
     }

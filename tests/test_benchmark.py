@@ -96,6 +96,22 @@ def test_joey_config_matches_our_sizes(tmp_path):
     assert cfg["training"]["validation_freq"] == cfg["training"]["updates"] == 120  # saves a checkpoint
 
 
+def test_joey_embeddings_start_like_ours():
+    """JoeyNMT's embeddings are drawn as ours are: normal with our embeddings' std."""
+    import torch
+
+    from seq2seq.config import ModelConfig
+    from seq2seq.model import build_model
+
+    torch.manual_seed(0)
+    ours = build_model(ModelConfig(), 8000, 8000)
+    files = {"prefix": "p", "src_model": "s.model", "tgt_model": "t.model"}
+    model = bench_joey.joey_config("bahdanau", files, ("es", "en"), Path("m"), 6000, 120, 20)["model"]
+    assert model["embed_initializer"] == "normal"
+    for emb in (ours.encoder.embedding, ours.decoder.embedding):
+        assert float(emb.weight[4:].std()) == pytest.approx(model["embed_init_weight"], rel=0.02)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not bench_joey.joey_available(), reason="no .venv-joey (make joeynmt-env)")
 def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
