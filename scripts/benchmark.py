@@ -184,6 +184,8 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     """(row-name suffix, settings) of each configuration of ours to measure per arm."""
     out = [("", settings_of(args, False, precision=args.precision))]
+    if args.precision == "auto":  # what fp32 gives in the same run, training only
+        out.append(("+fp32", {**settings_of(args, False), "decode": False, "profile": 0}))
     if args.bf16:
         out.append(("+bf16", settings_of(args, True)))
     if args.with_denormals:
@@ -350,6 +352,10 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
             [o / j for o, j in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
                                    joey[arm][key]["tgt_tok_per_s_rounds"], strict=True)]
         for arm in joey if arm in ours for key in ("train", "train_ftz") if key in joey[arm]}
+    results["round_ratios"].update({  # our other precisions against the same JoeyNMT rounds
+        arm + suffix: [o / j for o, j in zip(ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"],
+                                             joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
+        for arm in joey for suffix in ("+fp32", "+bf16") if arm + suffix in ours})
     if onmt:
         results["onmt"]["round_ratios"] = {
             arm: [o / t for o, t in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
@@ -366,6 +372,10 @@ def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, fl
         if o is None:
             continue
         out[arm] = {"train_tgt_tok_per_s": o["train"]["tgt_tok_per_s"] / j["train"]["tgt_tok_per_s"]}
+        for suffix in ("+fp32", "+bf16"):  # our other precisions' rows, when measured
+            if arm + suffix in ours:
+                out[arm][f"train_tgt_tok_per_s{suffix}"] = (
+                    ours[arm + suffix]["train"]["tgt_tok_per_s"] / j["train"]["tgt_tok_per_s"])
         if "train_ftz" in j:  # against JoeyNMT with denormals flushed too
             out[arm]["train_tgt_tok_per_s_vs_ftz"] = (o["train"]["tgt_tok_per_s"]
                                                       / j["train_ftz"]["tgt_tok_per_s"])

@@ -61,6 +61,8 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
     assert "auto" in row["precision"] or "no native bf16" in row["precision"]
     rate = res["matmul"]["bf16_flops_per_s" if row["bf16"] else "fp32_flops_per_s"]
     assert row["fraction_of_matmul"] == pytest.approx(row["achieved_flops_per_s"] / rate)
+    fp32 = res["ours"]["bahdanau+fp32"]  # the same run's fp32 speed, training only
+    assert fp32["bf16"] is False and fp32["train"]["tgt_tok_per_s"] > 0 and "greedy" not in fp32
 
 
 def test_joey_batches_count_padding():
@@ -118,7 +120,8 @@ def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     res = benchmark.main(["--quick", "--arms", "bahdanau", "--joey-arms", "bahdanau",
                           "--batch-tokens", "200", "--matmul-size", "256", "--rounds", "2",
-                          "--joey-flush-denormals", "--work", str(tmp_path), *data])
+                          "--joey-flush-denormals", "--precision", "auto", "--work", str(tmp_path),
+                          *data])
     joey = res["joey"]["arms"]["bahdanau"]
     assert joey["train"]["tgt_tok_per_s"] > 0 and joey["beam5"]["sent_per_s"] > 0
     assert len(joey["train"]["tgt_tok_per_s_rounds"]) == 2 and len(res["round_ratios"]["bahdanau"]) == 2
@@ -126,6 +129,11 @@ def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
     assert len(res["round_ratios"]["bahdanau+ftz"]) == 2
     assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s"] > 0
     assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s_vs_ftz"] > 0
+    # --precision auto also times fp32 in every round, against the same JoeyNMT rounds
+    fp32 = res["ours"]["bahdanau+fp32"]["train"]["tgt_tok_per_s_rounds"]
+    assert res["round_ratios"]["bahdanau+fp32"] == pytest.approx(
+        [o / j for o, j in zip(fp32, joey["train"]["tgt_tok_per_s_rounds"], strict=True)])
+    assert res["ratios"]["bahdanau"]["train_tgt_tok_per_s+fp32"] > 0
 
 
 def test_joey_warmup_covers_our_warmup_batches():
