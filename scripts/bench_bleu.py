@@ -205,13 +205,16 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
 def ours_segment_command(args: argparse.Namespace, arm: str, run_dir: Path, minutes: float,
                          first: bool) -> list[str]:
     """`seq2seq-train` for one segment: a fresh run up to the first mark, then resumes whose
-    max_minutes is the next mark (the clock sums over resumes). A resume takes the folder's
-    config.yaml and may change budget keys only, so it gets no data or model overrides."""
+    max_minutes is the next mark (the clock sums over resumes). The run trains in the
+    benchmark's --precision (a resume keeps the precision it started with). A resume takes
+    the folder's config.yaml and may change budget keys only, so it gets no data or model
+    overrides."""
     cmd = [sys.executable, "-c", "from seq2seq.cli import train_main; train_main()",
            f"run_dir={run_dir}", f"train.max_minutes={minutes:g}", f"train.threads={args.threads}"]
     if first:
         return [*cmd, f"model/attention={arm}", "train.overwrite=true",
-                f"train.batch_tokens={args.batch_tokens}", "train.device=cpu", *args.data]
+                f"train.batch_tokens={args.batch_tokens}", "train.device=cpu",
+                f"train.precision={getattr(args, 'precision', 'fp32')}", *args.data]
     return [*cmd, "train.resume=true"]
 
 

@@ -170,8 +170,9 @@ def test_plot_without_marks_is_a_clear_error(tmp_path):
 
 
 def test_resume_segments_change_budget_keys_only(tmp_path):
-    args = argparse.Namespace(threads=2, batch_tokens=3000, data=["data.root=/d"])
+    args = argparse.Namespace(threads=2, batch_tokens=3000, data=["data.root=/d"], precision="auto")
     first = bench_bleu.ours_segment_command(args, "luong", tmp_path / "run", 5, first=True)
+    assert "train.precision=auto" in first  # as the speed phase measured ours
     later = bench_bleu.ours_segment_command(args, "luong", tmp_path / "run", 10, first=False)
     assert "train.max_minutes=5" in first and "model/attention=luong" in first
     assert "train.overwrite=true" in first and "data.root=/d" in first
