@@ -22,7 +22,7 @@ Each mark's weights (``last.pt`` without the optimizer state) are kept in
 ``<run>/marks/<K>min.pt`` (with the run's tokenizer/) and decoded from there.
 Or `--ours-run ARM=DIR`: that run's best.pt, one mark at M.
 
-JoeyNMT has no time limit: its update count at each mark is the mark's minutes x its
+JoeyNMT (scripts/bench_bleu_joey.py) has no time limit: its update count at each mark is the mark's minutes x its
 training tokens/s measured earlier in the same benchmark run, divided by its real target
 tokens per batch (so its minutes count training steps only, not its start-up nor its
 validations). Its validation_freq is the updates per K minutes, so it validates (20 dev
@@ -42,17 +42,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import bench_joey
 import bench_ours
 import sacrebleu
 
@@ -80,30 +77,6 @@ def mark_schedule(minutes: float, every: float) -> list[float]:
     if minutes - marks[-1] > 1e-6:
         marks.append(float(minutes))
     return marks
-
-
-def joey_mark_updates(marks: list[float], every: float, updates_per_minute: float) -> list[int]:
-    """JoeyNMT's update count at each mark: i x (updates in ``every`` minutes) at the i-th
-    regular mark, so that one validation_freq hits them all; a last mark off that grid gets
-    its own minutes x rate. Strictly increasing, at least 1."""
-    per_mark = max(1, round(every * updates_per_minute)) if len(marks) > 1 else 0
-    out: list[int] = []
-    for i, minutes in enumerate(marks, 1):
-        on_grid = per_mark and abs(minutes - i * every) < 1e-6
-        updates = i * per_mark if on_grid else round(minutes * updates_per_minute)
-        out.append(max(updates, out[-1] + 1 if out else 1))
-    return out
-
-
-def joey_validation_freq(updates: list[int]) -> int:
-    """Validate (and save a checkpoint) every first-mark updates; one mark: at its end."""
-    return updates[0] if len(updates) > 1 else updates[-1]
-
-
-def joey_log_every(validation_freq: int, most: int = 100) -> int:
-    """JoeyNMT's logging_freq: the largest divisor of validation_freq up to ``most`` (it
-    requires validation_freq % logging_freq == 0)."""
-    return max(d for d in range(1, min(most, validation_freq) + 1) if validation_freq % d == 0)
 
 
 def mark_settings(args: argparse.Namespace) -> tuple[float, int]:
@@ -232,13 +205,16 @@ def run_summary(run_dir: str | Path) -> dict[str, Any]:
 def ours_segment_command(args: argparse.Namespace, arm: str, run_dir: Path, minutes: float,
                          first: bool) -> list[str]:
     """`seq2seq-train` for one segment: a fresh run up to the first mark, then resumes whose
-    max_minutes is the next mark (the clock sums over resumes). A resume takes the folder's
-    config.yaml and may change budget keys only, so it gets no data or model overrides."""
+    max_minutes is the next mark (the clock sums over resumes). The run trains in the
+    benchmark's --precision (a resume keeps the precision it started with). A resume takes
+    the folder's config.yaml and may change budget keys only, so it gets no data or model
+    overrides."""
     cmd = [sys.executable, "-c", "from seq2seq.cli import train_main; train_main()",
            f"run_dir={run_dir}", f"train.max_minutes={minutes:g}", f"train.threads={args.threads}"]
     if first:
         return [*cmd, f"model/attention={arm}", "train.overwrite=true",
-                f"train.batch_tokens={args.batch_tokens}", "train.device=cpu", *args.data]
+                f"train.batch_tokens={args.batch_tokens}", "train.device=cpu",
+                f"train.precision={getattr(args, 'precision', 'fp32')}", *args.data]
     return [*cmd, "train.resume=true"]
 
 
@@ -297,99 +273,6 @@ def train_ours_marks(args: argparse.Namespace, arm: str, work: Path, marks: list
             **extra))
 
 
-# ---------------------------------------------------------------- JoeyNMT
-
-# "2026-12-01 22:18:11,678 - INFO - joeynmt.training - EPOCH 1"
-JOEY_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - \w+ - ([\w.]+) - (.*)$")
-JOEY_SAVED = re.compile(r"Checkpoint saved in .*?(\d+)\.ckpt\.?$")
-
-
-def joey_mark_times(log_text: str) -> dict[int, dict[str, float]]:
-    """Per checkpoint step in a `joeynmt train` log: seconds from its first epoch's start to
-    the checkpoint's save (``train_wall_s``, its validations included) and the same less the
-    validations up to then (``train_s``: from each validation's "Predicting" line to the
-    checkpoint it saves). A step saved twice (the last one) keeps its first time."""
-    start = pending = None
-    valid_s = 0.0
-    out: dict[int, dict[str, float]] = {}
-    for line in log_text.splitlines():
-        m = JOEY_LINE.match(line)
-        if not m:
-            continue
-        t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        name, msg = m[2], m[3].strip()
-        if start is None:
-            if name == "joeynmt.training" and msg == "EPOCH 1":
-                start = t
-            continue
-        if name == "joeynmt.prediction" and msg.startswith("Predicting"):
-            pending = t if pending is None else pending
-        elif name == "joeynmt.training" and (saved := JOEY_SAVED.search(msg)):
-            if pending is not None:
-                valid_s += t - pending
-                pending = None
-            step = int(saved[1])
-            if step not in out:
-                out[step] = {"train_wall_s": t - start, "train_s": t - start - valid_s}
-    return out
-
-
-def joey_test_files(files: dict[str, str], langs: tuple[str, str], test: TestSet) -> str:
-    """``<prefix>/test_<name>.<lang>`` for JoeyNMT (data.test is that path without the language)."""
-    prefix = Path(files["prefix"]) / f"test_{test.name}"
-    bench_joey.write_lines(prefix.with_name(f"{prefix.name}.{langs[0]}"), test.sources)
-    bench_joey.write_lines(prefix.with_name(f"{prefix.name}.{langs[1]}"), test.refs)
-    return str(prefix)
-
-
-def decode_joey(cfg: dict[str, Any], work: Path, ckpt: Path, test: TestSet, test_prefix: str
-                ) -> dict[str, dict[str, Any]]:
-    out = {}
-    for beam, key in ((1, "greedy"), (5, "beam5")):
-        res = bench_joey.test(cfg, work, beam, ckpt=ckpt, test_prefix=test_prefix,
-                              tag=f"{ckpt.stem}_{test.name}")
-        out[key] = {"sent_per_s": res["sent_per_s"], "seconds": res["seconds"],
-                    "sentences": len(res["hypotheses"]), "wall_s": res["wall_s"],
-                    **bleu(res["hypotheses"], test.refs)}
-    return out
-
-
-def train_joey_marks(args: argparse.Namespace, arm: str, work: Path, marks: list[float],
-                     every: float, results: dict[str, Any], subset: TestSet,
-                     whole: TestSet | None, log: MarkLog) -> None:
-    """JoeyNMT trained once to the last mark, saving a checkpoint at each; then each decoded."""
-    joey = results["joey"]
-    speed = joey["arms"][arm]["train"]["tgt_tok_per_s"]
-    per_minute = 60 * speed / joey["batch"]["tgt_tokens"]
-    updates = joey_mark_updates(marks, every, per_minute)
-    vfreq = joey_validation_freq(updates)
-    langs = (args.langs[0], args.langs[1])
-    model_dir = work / f"joey_{arm}_{args.minutes:g}min"
-    cfg = bench_joey.joey_config(arm, joey["files"], langs, model_dir, joey["batch"]["batch_size"],
-                                 updates[-1], joey_log_every(vfreq))
-    cfg["name"] = f"bench_{arm}_{args.minutes:g}min"
-    cfg["training"]["validation_freq"] = vfreq
-    cfg["training"]["keep_best_ckpts"] = -1  # keep every checkpoint, whatever its dev score
-    side = log.toolkit(arm, "joey")
-    side.update(updates_per_minute=per_minute, mark_updates=updates, validation_freq=vfreq)
-    log.write()
-    train = bench_joey.train(cfg, work, timeout=max(3600.0, 180 * marks[-1] + 600))
-    times = joey_mark_times(Path(train["log"]).read_text(encoding="utf-8"))
-    side["train"] = {k: v for k, v in train.items() if k != "tgt_tok_per_s_repeats"}
-    prefixes = {t.name: joey_test_files(joey["files"], langs, t) for t in (subset, whole) if t}
-    for i, (minutes, steps) in enumerate(zip(marks, updates, strict=True)):
-        ckpt = model_dir / f"{steps}.ckpt"
-        if steps not in times or not ckpt.is_file():
-            raise Seq2SeqError(f"JoeyNMT saved no checkpoint at update {steps} (mark {minutes:g} "
-                               f"min); see {train['log']}")
-        extra = ({"full_test": full_test_fields(decode_joey(cfg, work, ckpt, whole, prefixes[whole.name]))}
-                 if whole and i == len(marks) - 1 else {})
-        log.add(arm, "joey", mark_record(
-            minutes, steps, times[steps]["train_wall_s"], times[steps]["train_s"],
-            decode_joey(cfg, work, ckpt, subset, prefixes[subset.name]), checkpoint=str(ckpt),
-            **extra))
-
-
 # ---------------------------------------------------------------- both
 
 
@@ -417,6 +300,8 @@ def equal_time_bleu(args: argparse.Namespace, work: Path, results: dict[str, Any
                "test_sentences": len(subset.sources), "test_split_sentences": len(full.test_sources),
                "full_test_at_end": whole is not None, "threads": args.threads}
     log = MarkLog(results, args.json, section)
+    from bench_bleu_joey import train_joey_marks  # it builds on this module's records
+
     for arm in filter(None, args.joey_arms.split(",")):
         train_ours_marks(args, arm, work, marks, subset, whole, log)
         train_joey_marks(args, arm, work, marks, every, results, subset, whole, log)

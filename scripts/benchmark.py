@@ -45,6 +45,7 @@ from typing import Any
 import bench_joey
 import bench_onmt
 import bench_ours
+import bench_peers
 import torch
 
 from seq2seq.errors import ConfigError, Seq2SeqError
@@ -221,85 +222,6 @@ HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':
           f"{'beam5/s':>8s} {'peak MiB':>8s} {'MFLOP/tok':>9s} {'of mm':>7s} {'prec':>5s}")
 
 
-def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """JoeyNMT training and decoding speed per arm, plus the shared files and batch sizing."""
-    from seq2seq.corpus import load_corpus
-
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
-    bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
-    files = bench_joey.export_data(bench, load_corpus(cfg.data), cfg.data.src_lang,
-                                   cfg.data.tgt_lang, work / "joey_data")
-    d = bench.data
-    batch = bench_joey.match_batch_size(d.train.src_lens[d.train_idx], d.train.tgt_lens[d.train_idx],
-                                        args.batch_tokens)
-    out: dict[str, Any] = {"batch": batch, "files": files, "arms": {}, "mismatches": bench_joey.MISMATCHES}
-    warm = joey_warmup_windows(args)
-    updates = (warm + args.repeats) * args.per_repeat
-    for arm in filter(None, args.joey_arms.split(",")):
-        jcfg = bench_joey.joey_config(arm, files, (cfg.data.src_lang, cfg.data.tgt_lang),
-                                      work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
-        JOEY_CONFIGS[arm] = jcfg
-        row = {"train": bench_joey.train(jcfg, work, warmup_windows=warm)}
-        if args.joey_flush_denormals:
-            row["train_ftz"] = bench_joey.train(jcfg, work, flush_denormals=True, warmup_windows=warm)
-            print(f"joey  {arm + '+ftz':14s} {row['train_ftz']['tgt_tok_per_s']:9.0f}", flush=True)
-        for beam, key in ((1, "greedy"), (5, "beam5")):
-            res = bench_joey.test(jcfg, work, beam)
-            res.pop("hypotheses")
-            row[key] = res
-        row["peak_rss_mib"] = max(row["train"]["peak_rss_mib"], row["beam5"]["peak_rss_mib"])
-        out["arms"][arm] = row
-        t = row["train"]
-        print(f"joey  {arm:14s} {t['tgt_tok_per_s']:9.0f} {'-':>9s} {row['greedy']['sent_per_s']:8.1f} "
-              f"{row['beam5']['sent_per_s']:8.1f} {row['peak_rss_mib']:8.0f}", flush=True)
-    return out
-
-
-def joey_warmup_windows(args: argparse.Namespace) -> int:
-    """JoeyNMT's untimed logging windows: our --warmup batches in whole windows, at least one."""
-    return max(1, -(-args.warmup // args.per_repeat))
-
-
-# JoeyNMT's config per arm from measure_joey, reused by later rounds
-JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
-
-
-def measure_onmt(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """OpenNMT-py training and decoding speed per arm, plus the shared files and batch sizing."""
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
-    bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
-    files = bench_onmt.export_data(bench, work / "onmt_data")
-    d = bench.data
-    keys = [d.train.src(int(i)).tobytes() for i in d.train_idx]  # it skips repeated sources
-    batch = bench_onmt.match_batch_size(d.train.src_lens[d.train_idx], d.train.tgt_lens[d.train_idx],
-                                        args.batch_tokens, keys)
-    out: dict[str, Any] = {"batch": batch, "files": files, "arms": {},
-                           "mismatches": bench_onmt.MISMATCHES}
-    warm = joey_warmup_windows(args)  # the same rule: whole logging windows, at least one
-    updates = (warm + args.repeats) * args.per_repeat
-    for arm in filter(None, args.onmt_arms.split(",")):
-        ocfg = bench_onmt.onmt_config(arm, files, work / f"onmt_{arm}", batch["batch_size"],
-                                      updates, args.per_repeat)
-        ONMT_CONFIGS[arm] = ocfg
-        row = {"train": bench_onmt.train(ocfg, work, args.threads, warmup_windows=warm)}
-        for beam, key in ((1, "greedy"), (5, "beam5")):
-            res = bench_onmt.test(ocfg, files, work, beam, args.threads)
-            res.pop("hypotheses")
-            row[key] = res
-        row["params"] = row["train"]["params"]
-        row["peak_rss_mib"] = max(row["train"]["peak_rss_mib"], row["beam5"]["peak_rss_mib"])
-        out["arms"][arm] = row
-        t = row["train"]
-        print(f"onmt  {arm:14s} {t['tgt_tok_per_s']:9.0f} {t['src_tok_per_s']:9.0f} "
-              f"{row['greedy']['sent_per_s']:8.1f} {row['beam5']['sent_per_s']:8.1f} "
-              f"{row['peak_rss_mib']:8.0f}", flush=True)
-    return out
-
-
-# OpenNMT-py's config per arm from measure_onmt, reused by later rounds
-ONMT_CONFIGS: dict[str, dict[str, Any]] = {}
-
-
 def _timed_series(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Every training measurement that later rounds repeat: our rows, JoeyNMT's and its +ftz,
     OpenNMT-py's."""
@@ -319,6 +241,7 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
     onmt = results.get("onmt", {}).get("arms", {})
     for train in _timed_series(results):
         train["tgt_tok_per_s_rounds"] = [train["tgt_tok_per_s"]]
+    warm = bench_peers.joey_warmup_windows(args)
     for r in range(2, args.rounds + 1):
         for arm in args.arms.split(","):
             line = f"round {r}:"
@@ -331,15 +254,16 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
                     row["bf16"])
                 line += f" ours {arm + suffix} {rate:.0f} ({'bf16' if row['bf16'] else 'fp32'}),"
             for key in [k for k in ("train", "train_ftz") if k in joey.get(arm, {})]:
-                theirs = bench_joey.train(JOEY_CONFIGS[arm], work, flush_denormals=key == "train_ftz",
-                                          warmup_windows=joey_warmup_windows(args))["tgt_tok_per_s"]
+                theirs = bench_joey.train(bench_peers.JOEY_CONFIGS[arm], work,
+                                          flush_denormals=key == "train_ftz",
+                                          warmup_windows=warm)["tgt_tok_per_s"]
                 joey[arm][key]["tgt_tok_per_s_rounds"].append(theirs)
                 mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
                 line += (f" JoeyNMT{'+ftz' if key == 'train_ftz' else ''} {theirs:.0f} "
                          f"(x{mine / theirs:.2f}),")
             if arm in onmt:
-                theirs = bench_onmt.train(ONMT_CONFIGS[arm], work, args.threads,
-                                          warmup_windows=joey_warmup_windows(args))["tgt_tok_per_s"]
+                theirs = bench_onmt.train(bench_peers.ONMT_CONFIGS[arm], work, args.threads,
+                                          warmup_windows=warm)["tgt_tok_per_s"]
                 onmt[arm]["train"]["tgt_tok_per_s_rounds"].append(theirs)
                 mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
                 line += f" OpenNMT-py {theirs:.0f} (x{mine / theirs:.2f}),"
@@ -363,33 +287,6 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
             for arm in onmt if arm in ours}
 
 
-def ratios(ours: dict[str, Any], joey: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """ours / JoeyNMT (or OpenNMT-py: the same shape) per arm for training tokens/s and
-    decoding sentences/s."""
-    out = {}
-    for arm, j in joey.get("arms", {}).items():
-        o = ours.get(arm)
-        if o is None:
-            continue
-        out[arm] = {"train_tgt_tok_per_s": o["train"]["tgt_tok_per_s"] / j["train"]["tgt_tok_per_s"]}
-        for suffix in ("+fp32", "+bf16"):  # our other precisions' rows, when measured
-            if arm + suffix in ours:
-                out[arm][f"train_tgt_tok_per_s{suffix}"] = (
-                    ours[arm + suffix]["train"]["tgt_tok_per_s"] / j["train"]["tgt_tok_per_s"])
-        if "train_ftz" in j:  # against JoeyNMT with denormals flushed too
-            out[arm]["train_tgt_tok_per_s_vs_ftz"] = (o["train"]["tgt_tok_per_s"]
-                                                      / j["train_ftz"]["tgt_tok_per_s"])
-        for key in ("greedy", "beam5"):
-            if key in o:
-                out[arm][f"{key}_sent_per_s"] = o[key]["sent_per_s"] / j[key]["sent_per_s"]
-    return out
-
-
-def print_ratios(title: str, table: dict[str, dict[str, float]]) -> None:
-    for arm, r in table.items():
-        print(f"{title} {arm}: " + ", ".join(f"{k} x{v:.2f}" for k, v in r.items()))
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark with command-line ``argv``; returns (and optionally writes) the results."""
     args = parse_args(argv)
@@ -411,13 +308,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               + ("; so is the --minutes comparison" if args.minutes else ""))
         use_joey = False
     if use_joey:
-        results["joey"] = measure_joey(args, work)
+        results["joey"] = bench_peers.measure_joey(args, work)
     use_onmt = bool(args.onmt_arms)
     if use_onmt and not bench_onmt.onmt_available():
         print("OpenNMT-py skipped: .venv-onmt is missing (run `make onmt-env`)")
         use_onmt = False
     if use_onmt:
-        results["onmt"] = measure_onmt(args, work)
+        results["onmt"] = bench_peers.measure_onmt(args, work)
     if args.rounds > 1:
         more_rounds(args, work, results)
         print(f"training tgt tok/s, median of {args.rounds} rounds: " + ", ".join(
@@ -434,8 +331,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for arm, rs in results.get("onmt", {}).get("round_ratios", {}).items():
             print(f"ours/onmt {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
     if use_joey:
-        results["ratios"] = ratios(results["ours"], results["joey"])
-        print_ratios("ours/joey", results["ratios"])
+        results["ratios"] = bench_peers.ratios(results["ours"], results["joey"])
+        bench_peers.print_ratios("ours/joey", results["ratios"])
         if not args.ours_run:
             print("(decoding ratios above: barely trained models on both sides, whose outputs "
                   "run to different length caps; --minutes compares trained models)")
@@ -448,8 +345,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["equal_time"] = equal_time_bleu(args, work, results)
         print("Not matched exactly:\n" + "\n".join(f"- {m}" for m in bench_joey.MISMATCHES))
     if use_onmt:
-        results["onmt"]["ratios"] = ratios(results["ours"], results["onmt"])
-        print_ratios("ours/onmt", results["onmt"]["ratios"])
+        results["onmt"]["ratios"] = bench_peers.ratios(results["ours"], results["onmt"])
+        bench_peers.print_ratios("ours/onmt", results["onmt"]["ratios"])
         b = results["onmt"]["batch"]
         print(f"OpenNMT-py batch_size {b['batch_size']} (sentences x longest of max(src, tgt+2)): "
               f"{b['tgt_tokens']:.0f} real target tokens per batch (simulated), padding "

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench_bleu  # noqa: E402
+import bench_bleu_joey  # noqa: E402
 import bench_joey  # noqa: E402
 import benchmark  # noqa: E402
 import plot_bleu_minutes  # noqa: E402
@@ -51,9 +52,9 @@ def test_mark_options_and_defaults():
     ([5, 10, 15, 20, 25, 30], 5, 28.3), ([5, 10, 15, 16], 5, 10), ([10], 0, 37.4),
     ([0.5, 1], 0.5, 0.3), ([5, 10], 5, 1e-3)])
 def test_joey_updates_hit_every_mark(marks, every, rate):
-    updates = bench_bleu.joey_mark_updates(marks, every, rate)
-    freq = bench_bleu.joey_validation_freq(updates)
-    log_every = bench_bleu.joey_log_every(freq)
+    updates = bench_bleu_joey.joey_mark_updates(marks, every, rate)
+    freq = bench_bleu_joey.joey_validation_freq(updates)
+    log_every = bench_bleu_joey.joey_log_every(freq)
     assert len(updates) == len(marks) and updates[0] >= 1
     assert all(a < b for a, b in zip(updates, updates[1:], strict=False))
     assert freq % log_every == 0 and 1 <= log_every <= 100  # JoeyNMT's config rules
@@ -64,10 +65,10 @@ def test_joey_updates_hit_every_mark(marks, every, rate):
 
 
 def test_joey_updates_values():
-    assert bench_bleu.joey_mark_updates([5, 10, 15], 5, 28.3) == [142, 284, 426]
-    assert bench_bleu.joey_mark_updates([5, 10, 15, 16], 5, 10) == [50, 100, 150, 160]
-    assert bench_bleu.joey_log_every(840) == 84
-    assert bench_bleu.joey_log_every(97) == 97 and bench_bleu.joey_log_every(101) == 1
+    assert bench_bleu_joey.joey_mark_updates([5, 10, 15], 5, 28.3) == [142, 284, 426]
+    assert bench_bleu_joey.joey_mark_updates([5, 10, 15, 16], 5, 10) == [50, 100, 150, 160]
+    assert bench_bleu_joey.joey_log_every(840) == 84
+    assert bench_bleu_joey.joey_log_every(97) == 97 and bench_bleu_joey.joey_log_every(101) == 1
 
 
 JOEY_LOG = """\
@@ -88,7 +89,7 @@ Predicting...: 100%|##########| 20/20 [00:00<00:00, 46.07it/s]
 
 
 def test_joey_mark_times_from_its_log():
-    times = bench_bleu.joey_mark_times(JOEY_LOG)
+    times = bench_bleu_joey.joey_mark_times(JOEY_LOG)
     assert set(times) == {140, 280, 300}
     assert times[140]["train_wall_s"] == pytest.approx(121.322)  # 22:18:11.678 -> 22:20:13.000
     assert times[140]["train_s"] == pytest.approx(121.322 - 2.0)  # its validation took 2 s
@@ -169,8 +170,9 @@ def test_plot_without_marks_is_a_clear_error(tmp_path):
 
 
 def test_resume_segments_change_budget_keys_only(tmp_path):
-    args = argparse.Namespace(threads=2, batch_tokens=3000, data=["data.root=/d"])
+    args = argparse.Namespace(threads=2, batch_tokens=3000, data=["data.root=/d"], precision="auto")
     first = bench_bleu.ours_segment_command(args, "luong", tmp_path / "run", 5, first=True)
+    assert "train.precision=auto" in first  # as the speed phase measured ours
     later = bench_bleu.ours_segment_command(args, "luong", tmp_path / "run", 10, first=False)
     assert "train.max_minutes=5" in first and "model/attention=luong" in first
     assert "train.overwrite=true" in first and "data.root=/d" in first

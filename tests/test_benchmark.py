@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench_joey  # noqa: E402
+import bench_peers  # noqa: E402
 import benchmark  # noqa: E402
 
 
@@ -138,7 +139,7 @@ def test_joey_runs_on_the_tiny_corpus(tiny_corpus, tmp_path):
 
 def test_joey_warmup_covers_our_warmup_batches():
     def windows(*argv: str) -> int:
-        return benchmark.joey_warmup_windows(benchmark.parse_args(list(argv)))
+        return bench_peers.joey_warmup_windows(benchmark.parse_args(list(argv)))
 
     assert windows("--warmup", "100", "--per-repeat", "10") == 10
     assert windows("--warmup", "25", "--per-repeat", "10") == 3  # whole windows, rounded up
