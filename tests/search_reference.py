@@ -37,7 +37,7 @@ def reference_beam_search(model: nn.Module, src: Tensor, src_lens: Tensor, beam:
     """
     if beam < 1 or not 1 <= nbest <= beam:
         raise ConfigError(f"beam={beam}, nbest={nbest}: need beam >= 1 and 1 <= nbest <= beam")
-    with _eval_mode(model):
+    with _eval_mode(model, src.device.type):
         search = _BeamSearch(model, src, src_lens, beam, nbest, alpha,
                              _max_lengths(src_lens, max_len_ratio, max_len_extra))
         finished = search.run()

@@ -53,11 +53,11 @@ def no_grad_mode(device_type: str) -> AbstractContextManager:
 
 
 @contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Decode without dropout, then give the model back in the mode it came in."""
+def _eval_mode(model: nn.Module, device_type: str) -> Iterator[None]:
+    """Decode without dropout (on a ``device_type`` device), then give the model back in
+    the mode it came in."""
     was_training = model.training
     model.eval()
-    device_type = next(model.parameters()).device.type
     try:
         with no_grad_mode(device_type):
             yield
@@ -84,7 +84,7 @@ def greedy(model: nn.Module, src: Tensor, src_lens: Tensor, max_len_ratio: float
     ``alpha`` only normalises the score (the same way as beam_search), so beam
     search with beam 1 returns the same tokens and scores.
     """
-    with _eval_mode(model):
+    with _eval_mode(model, src.device.type):
         memory = model.encode(src, src_lens)
         state = model.init_state(memory)
         max_len = _max_lengths(src_lens, max_len_ratio, max_len_extra)
@@ -131,7 +131,7 @@ def beam_search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int = 5,
     """
     if beam < 1 or not 1 <= nbest <= beam:
         raise ConfigError(f"beam={beam}, nbest={nbest}: need beam >= 1 and 1 <= nbest <= beam")
-    with _eval_mode(model):
+    with _eval_mode(model, src.device.type):
         search = _BeamSearch(model, src, src_lens, beam, nbest, alpha,
                              _max_lengths(src_lens, max_len_ratio, max_len_extra))
         return search.run()
