@@ -193,26 +193,23 @@ def resolve_auto(run: Run, batch: batching.Batch) -> tuple[bool, str]:
     """``train.precision=auto`` as seq2seq-train resolves it: forward+backward passes of
     ``batch`` timed in fp32 and bf16 (seq2seq.precision.choose). Returns (bf16, reason)."""
     from seq2seq import precision
+    from seq2seq.training.loop import training_pass
 
-    def one_pass() -> None:
-        total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
-        (total / batch.n_tgt_tokens).backward()
-        run.model.zero_grad(set_to_none=True)
-
-    choice = precision.choose("auto", torch.device("cpu"), one_pass)
+    choice = precision.choose("auto", torch.device("cpu"), training_pass(run, batch))
     return choice.bf16, choice.reason
 
 
 def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """Everything for one arm. settings: data_overrides, batch_tokens, bf16, precision
-    (optional: "auto" times both precisions first, as seq2seq-train does), threads,
+    """Everything for one arm. settings: data_overrides, batch_tokens, precision (fp32,
+    bf16, or auto: both timed first, as seq2seq-train does), threads,
     flush_denormals (train.flush_denormals, default true),
     warmup, repeats, per_repeat, decode_sentences, decode (bool), profile (batches under
     torch.profiler after the timing, 0 = none), decode_runs ({arm: run
     folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
     torch.set_num_threads(settings["threads"])
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
-                       settings["bf16"], settings["threads"], settings.get("flush_denormals", True))
+                       settings["precision"] == "bf16", settings["threads"],
+                       settings.get("flush_denormals", True))
     keep_freed_memory()  # as seq2seq-train does
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
@@ -222,7 +219,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
     batches = [batching.collate(d.train, i) for i in idx[:need]]
     reason = f"{'bf16' if run.bf16 else 'fp32'} (train.precision={cfg.train.precision})"
-    if settings.get("precision") == "auto":
+    if settings["precision"] == "auto":
         run.bf16, reason = resolve_auto(run, batches[0])
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
     row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "precision": reason,

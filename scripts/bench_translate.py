@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import torch
 
 from seq2seq.evaluation.command import run_split
-from seq2seq.inference.command import choose_precision, choose_workers, run_filter
+from seq2seq.inference.command import choose_speed, run_filter
 from seq2seq.inference.translate_file import Writers, translate_lines
 from seq2seq.inference.translator import Translator
 from seq2seq.runtime import cpu_description
@@ -66,12 +66,7 @@ def main() -> None:
                                batch_tokens=args.batch_tokens, workers=args.workers)
     for mode in modes:
         torch.set_num_threads(threads[mode])
-        translator.workers = choose_workers(settings, translator, batched=mode == "file")
-        if translator.workers > 1:  # each worker decodes on one thread: probe the precision there
-            torch.set_num_threads(1)
-        choice = choose_precision(settings, translator, batched=mode == "file")
-        torch.set_num_threads(threads[mode])
-        translator.bf16 = choice.bf16
+        choice = choose_speed(settings, translator, batched=mode == "file")
         record[f"{mode}_precision"] = choice.reason
         record[f"{mode}_workers"] = translator.workers
         print(f"{mode}: precision {choice.reason}; {translator.workers} worker(s)", flush=True)

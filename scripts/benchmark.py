@@ -151,10 +151,9 @@ def ours_runs(specs: list[str]) -> dict[str, str]:
     return runs
 
 
-def settings_of(args: argparse.Namespace, bf16: bool, flush_denormals: bool = True,
-                precision: str = "") -> dict[str, Any]:
-    return {"data_overrides": args.data, "batch_tokens": args.batch_tokens, "bf16": bf16,
-            "precision": precision or ("bf16" if bf16 else "fp32"),
+def settings_of(args: argparse.Namespace, precision: str, flush_denormals: bool = True
+                ) -> dict[str, Any]:
+    return {"data_overrides": args.data, "batch_tokens": args.batch_tokens, "precision": precision,
             "flush_denormals": flush_denormals,
             "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
             "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
@@ -184,13 +183,13 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
 
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     """(row-name suffix, settings) of each configuration of ours to measure per arm."""
-    out = [("", settings_of(args, False, precision=args.precision))]
+    out = [("", settings_of(args, args.precision))]
     if args.precision == "auto":  # what fp32 gives in the same run, training only
-        out.append(("+fp32", {**settings_of(args, False), "decode": False, "profile": 0}))
+        out.append(("+fp32", {**settings_of(args, "fp32"), "decode": False, "profile": 0}))
     if args.bf16:
-        out.append(("+bf16", settings_of(args, True)))
+        out.append(("+bf16", settings_of(args, "bf16")))
     if args.with_denormals:
-        out.append(("-denormals", {**settings_of(args, False, flush_denormals=False),
+        out.append(("-denormals", {**settings_of(args, "fp32", flush_denormals=False),
                                    "decode": False, "profile": 0}))
     return out
 

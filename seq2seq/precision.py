@@ -44,7 +44,8 @@ def check(name: str, key: str = "train.precision") -> None:
         raise ConfigError(f"{key}={name!r}: use auto, fp32 or bf16")
 
 
-def _timed(step: Callable[[], None], device: torch.device) -> float:
+def timed(step: Callable[[], None], device: torch.device) -> float:
+    """Seconds ``step()`` takes on ``device`` (a GPU is synchronized before the clock stops)."""
     start = time.perf_counter()
     step()
     if device.type == "cuda":
@@ -57,11 +58,11 @@ def probe(step: Callable[[], None], device: torch.device) -> tuple[float, float]
     times: dict[bool, list[float]] = {False: [], True: []}
     for bf16 in (False, True):  # warm-up: first calls allocate and pick kernels
         with runtime.autocast(device, bf16):
-            _timed(step, device)
+            timed(step, device)
     for _ in range(PROBE_ROUNDS):
         for bf16 in (False, True):
             with runtime.autocast(device, bf16):
-                times[bf16].append(_timed(step, device))
+                times[bf16].append(timed(step, device))
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     return med[False], med[True]
 

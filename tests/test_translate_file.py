@@ -234,9 +234,9 @@ def test_auto_workers_follow_the_timings(monkeypatch: pytest.MonkeyPatch) -> Non
     torch.set_num_threads(2)
     try:
         for side_by_side_s, expected in ((1.0, 2), (1.9, 1)):
-            def timed(fn, s=side_by_side_s):  # one batch alone takes 1 s: 2 s one after another
+            def timed(fn, device, s=side_by_side_s):  # one batch alone 1 s: 2 s one after another
                 return s if fn.__name__ == "side_by_side" else 1.0
-            monkeypatch.setattr(workers, "_seconds", timed)
+            monkeypatch.setattr(workers, "timed", timed)
             assert command.choose_workers(cfg, t, batched=True) == expected
         assert command.choose_workers(cfg, t, batched=False) == 1
         assert command.choose_workers(SimpleNamespace(workers=3, batch_tokens=60, beam=2), t,

@@ -58,10 +58,19 @@ def translator_from_config(cfg: Any, batched: bool = False) -> Translator:
         torch.set_num_threads(threads)
     search = SearchSettings(cfg.alpha, cfg.max_len_ratio, cfg.max_len_extra)
     translator = Translator.from_run(cfg.run, cfg.device, cfg.max_src_tokens, search)
-    translator.workers = choose_workers(cfg, translator, batched)
-    with _threads(1 if translator.workers > 1 else 0):  # each worker decodes on one thread
-        translator.bf16 = choose_precision(cfg, translator, batched).bf16
+    choose_speed(cfg, translator, batched)
     return translator
+
+
+def choose_speed(cfg: Any, translator: Translator, batched: bool) -> Any:
+    """Set ``translator.workers`` and ``translator.bf16`` for this mode (``workers=`` first,
+    since each worker decodes on one thread and the precision is timed there); returns
+    the precision choice (seq2seq.precision.Choice)."""
+    translator.workers = choose_workers(cfg, translator, batched)
+    with _threads(1 if translator.workers > 1 else 0):
+        choice = choose_precision(cfg, translator, batched)
+    translator.bf16 = choice.bf16
+    return choice
 
 
 def choose_workers(cfg: Any, translator: Translator, batched: bool) -> int:

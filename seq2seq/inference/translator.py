@@ -68,7 +68,7 @@ class Translator:
         # bf16 autocast while searching (seq2seq.precision chooses it); the log-softmax and
         # the beam scores stay fp32
         self.bf16 = bf16
-        # batches decoded at once in file translation (seq2seq.inference.decode.in_workers)
+        # batches decoded at once in file translation (seq2seq.inference.workers.in_workers)
         self.workers = 1
 
     @classmethod

@@ -9,7 +9,6 @@ both at start-up (:func:`choose_workers`) instead of assuming.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,6 +16,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from seq2seq.precision import timed
 
 MIN_SPEEDUP = 1.1  # batches side by side must be at least this much faster to be chosen
 PROBE_ROUNDS = 3  # timed rounds of each layout, alternating, after one untimed warm-up
@@ -82,17 +83,11 @@ def choose_workers(workers: int, model: nn.Module, batch_tokens: int, beam: int
     side_by_side()
     serial, parallel = [], []
     for _ in range(PROBE_ROUNDS):  # alternating, so a burst of other load hits both
-        serial.append(_seconds(probe) * threads)
-        parallel.append(_seconds(side_by_side))
+        serial.append(timed(probe, device) * threads)
+        parallel.append(timed(side_by_side, device))
     serial_s, parallel_s = sorted(serial)[len(serial) // 2], sorted(parallel)[len(parallel) // 2]
     chosen = threads if serial_s >= MIN_SPEEDUP * parallel_s else 1
     return chosen, (f"{chosen} (auto: {threads} batches of {sentences} x beam {beam} took "
                     f"{serial_s * 1e3:.0f} ms one after another on {threads} threads, "
                     f"{parallel_s * 1e3:.0f} ms side by side on one thread each; side by side "
                     f"needs x{MIN_SPEEDUP})")
-
-
-def _seconds(fn: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -51,16 +52,21 @@ def choose_precision(run: Run) -> None:
         return
     batch = validation.to_device(batching.collate(run.data.train, epoch_batches(run)[0]),
                                  run.device)
+    choice = distributed.on_main(lambda: precision.choose(run.cfg.train.precision, run.device,
+                                                          training_pass(run, batch)))
+    run.bf16, p.precision = choice.bf16, "bf16" if choice.bf16 else "fp32"
+    run.log.info("precision: %s", choice.reason)
 
+
+def training_pass(run: Run, batch: batching.Batch) -> Callable[[], None]:
+    """One forward+backward pass of ``batch`` without an optimizer step: what
+    ``train.precision=auto`` times in each precision (seq2seq.precision.choose)."""
     def one_pass() -> None:
         total = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
         (total / batch.n_tgt_tokens).backward()
         run.model.zero_grad(set_to_none=True)
 
-    choice = distributed.on_main(lambda: precision.choose(run.cfg.train.precision, run.device,
-                                                          one_pass))
-    run.bf16, p.precision = choice.bf16, "bf16" if choice.bf16 else "fp32"
-    run.log.info("precision: %s", choice.reason)
+    return one_pass
 
 
 def autocast(run: Run) -> contextlib.AbstractContextManager:
