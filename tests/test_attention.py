@@ -124,6 +124,31 @@ def test_attn_size_sets_the_additive_scorer_width():
     assert default.scorer.v.in_features == DEC
 
 
+@pytest.mark.parametrize("steps", [None, 4], ids=["one_step", "all_steps"])
+def test_additive_scores_are_v_tanh_and_so_are_their_gradients(steps):
+    """The scorer computes vᵀ tanh(W q + U h_j) through the sigmoid; same values and grads."""
+    torch.manual_seed(0)
+    scorer = build_attention(AttentionConfig(name="bahdanau", attn_size=7), ENC, DEC).scorer
+    scorer.double()
+    with torch.no_grad():
+        scorer.v.weight.add_(0.5)  # a v whose sum is far from 0, so the -Σv term matters
+    h, _ = _inputs(torch.float64)
+    query = torch.randn(3, DEC, dtype=torch.float64) if steps is None else \
+        torch.randn(3, steps, DEC, dtype=torch.float64)
+    keys = scorer.keys(h)
+    q = scorer.query_proj(query)
+    z = keys + q.unsqueeze(1) if steps is None else keys.unsqueeze(1) + q.unsqueeze(2)
+    plain = (torch.tanh(z) @ scorer.v.weight.squeeze(0))
+    got = scorer(query, keys)
+    torch.testing.assert_close(got, plain, rtol=1e-12, atol=1e-12)
+    weight = torch.randn(got.shape, dtype=torch.float64)
+    grads = torch.autograd.grad((got * weight).sum(), list(scorer.parameters()),
+                                retain_graph=True)
+    want = torch.autograd.grad((plain * weight).sum(), list(scorer.parameters()))
+    for g, w in zip(grads, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+
+
 def test_unknown_name_lists_the_valid_ones():
     assert set(ATTENTIONS) == {"none", "bahdanau", "luong"}
     with pytest.raises(ConfigError) as err:

@@ -97,7 +97,13 @@ def _attend(scores: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
 
 
 class AdditiveScorer(nn.Module):
-    """e_j = vᵀ tanh(W q + U h_j); U h_j is the precomputed key (batch, S, attn_size)."""
+    """e_j = vᵀ tanh(W q + U h_j); U h_j is the precomputed key (batch, S, attn_size).
+
+    Computed through tanh(z) = 2σ(2z) - 1, so e_j = (2v)ᵀ σ(2(W q + U h_j)) - Σv: the
+    same scores up to rounding, but torch's CPU sigmoid is several times faster than its
+    tanh, and this (batch, [T,] S, attn_size) nonlinearity is the largest pointwise cost
+    of Bahdanau attention in training and decoding (docs/performance.md#additive-attention-through-the-sigmoid).
+    """
 
     def __init__(self, query_size: int, key_size: int, attn_size: int) -> None:
         super().__init__()
@@ -111,10 +117,12 @@ class AdditiveScorer(nn.Module):
 
     def forward(self, query: Tensor, keys: Tensor) -> Tensor:
         """query (B, Q) or (B, T, Q), keys (B, S, A) -> scores (B, [T,] S)."""
-        q = self.query_proj(query)
+        q2 = 2 * self.query_proj(query)
         if query.dim() == 2:
-            return self.v(torch.tanh(keys + q.unsqueeze(1))).squeeze(-1)
-        return self.v(torch.tanh(keys.unsqueeze(1) + q.unsqueeze(2))).squeeze(-1)
+            z2 = torch.add(q2.unsqueeze(1), keys, alpha=2)  # 2(Wq + U h_j) in one pass
+        else:
+            z2 = torch.add(q2.unsqueeze(2), keys.unsqueeze(1), alpha=2)
+        return 2 * self.v(z2.sigmoid_()).squeeze(-1) - self.v.weight.sum()
 
 
 class _StepScores(torch.autograd.Function):
