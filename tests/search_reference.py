@@ -53,8 +53,9 @@ class _BeamSearch:
         self.max_len = max_len
         self.src_lens = src_lens.tolist()
         n, dev = src.size(0), src.device
-        rows = torch.arange(n, device=dev).repeat_interleave(beam)
-        self.memory = model.encode(src, src_lens).index_select(rows)
+        # the model's own beam expansion, as the fast search uses: both then run the same
+        # model computations, so their outputs can be compared exactly
+        self.memory = model.encode(src, src_lens).repeat_rows(beam)
         self.state = model.init_state(self.memory)
         self.active = list(range(n))  # original sentence ids, in row order
         # only beam 0 is live at the start, so the first step does not pick duplicates

@@ -66,6 +66,30 @@ def test_batched_query_equals_per_step(cfg):
         torch.testing.assert_close(w_all[:, t], w)
 
 
+@pytest.mark.parametrize("cfg", VARIANTS, ids=_ids)
+def test_grouped_memory_equals_a_copy_per_row(cfg):
+    """Beam search's memory shared by each sentence's hypotheses (repeat_rows) gives what
+    a copy of the memory per hypothesis gives, and keeps whole groups when reordered."""
+    torch.manual_seed(0)
+    att = build_attention(cfg, ENC, DEC).double()
+    h, mask = _inputs(torch.float64)
+    memory = att.init(h, mask)
+    k = 4
+    copied = memory.index_select(torch.arange(3).repeat_interleave(k))
+    grouped = memory.repeat_rows(k)
+    assert grouped.values.size(0) == 3 and grouped.group == k  # nothing copied
+    query = torch.randn(3 * k, DEC, dtype=torch.float64)
+    for got, want in zip(att(query, grouped), att(query, copied), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # drop sentence 1: rows 4..7 of the 12
+    rows = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])
+    for got, want in zip(att(query[rows], grouped.index_select(rows)),
+                         att(query[rows], copied.index_select(rows)), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="whole groups"):
+        grouped.index_select(torch.tensor([1, 2, 3, 4]))
+
+
 def test_padding_does_not_change_weights():
     torch.manual_seed(0)
     att = build_attention(AttentionConfig(name="bahdanau"), ENC, DEC)

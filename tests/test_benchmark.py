@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench_joey  # noqa: E402
+import bench_kernels  # noqa: E402
 import bench_peers  # noqa: E402
 import benchmark  # noqa: E402
 
@@ -145,3 +146,14 @@ def test_joey_warmup_covers_our_warmup_batches():
     assert windows("--warmup", "25", "--per-repeat", "10") == 3  # whole windows, rounded up
     assert windows("--warmup", "3", "--per-repeat", "10") == 1
     assert windows("--warmup", "0", "--per-repeat", "10") == 1  # its first window is never timed
+
+
+def test_kernel_benchmark_writes_its_record(tmp_path, capsys):
+    out = tmp_path / "kernels.json"
+    bench_kernels.main(["--rows", "6", "--src-len", "5", "--attn-size", "16", "--vocab", "1000",
+                        "--k", "4", "--repeats", "3", "--json", str(out)])
+    res = json.loads(out.read_text())
+    assert set(res["pointwise_ms"]) == {"tanh_fp32", "sigmoid_fp32", "tanh_bf16", "sigmoid_bf16"}
+    assert set(res["selection_ms"]) == {"torch_topk", "row_topk"}
+    assert all(v > 0 for part in ("pointwise_ms", "selection_ms") for v in res[part].values())
+    assert res["cpu"]["model"] and "row_topk" in capsys.readouterr().out

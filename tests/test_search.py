@@ -18,7 +18,7 @@ from torch import nn
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
-from seq2seq.inference.search import Hypothesis, beam_search, greedy, length_penalty
+from seq2seq.inference.search import Hypothesis, beam_search, greedy, length_penalty, row_topk
 from seq2seq.model import build_model
 
 VOCAB = 12
@@ -206,6 +206,9 @@ class _Memory:
     def index_select(self, index):
         return _Memory(self.width.index_select(0, index))
 
+    def repeat_rows(self, k):
+        return _Memory(self.width.repeat_interleave(k, dim=0))
+
 
 @dataclass
 class _State:
@@ -258,3 +261,25 @@ def test_length_penalty_prefers_longer_outputs_as_alpha_grows():
     short = beam_search(model, src, lens, beam=3, alpha=0.0, nbest=3)[0]
     longer = beam_search(model, src, lens, beam=3, alpha=5.0, nbest=3)[0]
     assert len(longer[0].tokens) >= len(short[0].tokens)
+
+
+@pytest.mark.parametrize("width", [8000, 8000 + 37, 100])
+def test_row_topk_equals_torch_topk(width):
+    """The two-stage top-k gives torch.topk's values, and its indices where values differ;
+    with ties and -inf (PAD, BOS) its indices still point at those values."""
+    gen = torch.Generator().manual_seed(width)
+    x = torch.log_softmax(torch.randn(40, width, generator=gen) * 3, dim=1)
+    x[:, :2] = float("-inf")
+    x[:5, width - 3:] = 10.0  # the best entries in the last, partial block
+    for k in (1, 5, 10):
+        values, idx = row_topk(x, k)
+        want_values, want_idx = x.topk(k, dim=1)
+        assert torch.equal(values, want_values)
+        assert torch.equal(x.gather(1, idx), values)
+        distinct = (values[:, 1:] != values[:, :-1]).all(dim=1)
+        assert torch.equal(idx[distinct], want_idx[distinct])
+    ties = torch.randint(0, 4, (30, width), generator=gen).float()  # many equal values
+    values, idx = row_topk(ties, 10)
+    assert torch.equal(values, ties.topk(10, dim=1).values)
+    assert torch.equal(ties.gather(1, idx), values)
+    assert bool((idx.sort(dim=1).values.diff(dim=1) > 0).all())  # no entry twice

@@ -31,12 +31,15 @@ from seq2seq.errors import CheckpointError
 
 @dataclass
 class EnsembleMemory:
-    """One Memory per member, reordered together (beam expansion, retiring sentences)."""
+    """One Memory per member, expanded and reordered together (beam rows, retiring sentences)."""
 
     members: list[Any]
 
     def index_select(self, index: Tensor) -> EnsembleMemory:
         return EnsembleMemory([m.index_select(index) for m in self.members])
+
+    def repeat_rows(self, k: int) -> EnsembleMemory:
+        return EnsembleMemory([m.repeat_rows(k) for m in self.members])
 
 
 @dataclass

@@ -27,11 +27,10 @@ def step_probe(model: nn.Module, sentences: int, beam: int, src_len: int = PROBE
             # the cost does not depend on which ids are read: UNK exists in every vocabulary
             batch["src"] = torch.full((sentences, src_len), UNK_ID, dtype=torch.long, device=device)
             batch["lens"] = torch.full((sentences,), src_len, dtype=torch.long, device=device)
-            batch["rows"] = torch.arange(sentences, device=device).repeat_interleave(beam)
         with no_grad_mode(batch["src"].device.type):
-            memory = model.encode(batch["src"], batch["lens"]).index_select(batch["rows"])
+            memory = model.encode(batch["src"], batch["lens"]).repeat_rows(beam)
             state = model.init_state(memory)
-            y = torch.full((batch["rows"].numel(),), BOS_ID, dtype=torch.long,
+            y = torch.full((sentences * beam,), BOS_ID, dtype=torch.long,
                            device=batch["src"].device)
             for _ in range(steps):
                 logits, state, _ = model.step(y, state, memory)

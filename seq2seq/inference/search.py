@@ -1,7 +1,8 @@
 """Greedy and batched beam search over ``encode`` / ``init_state`` / ``step`` only.
 
-Search never looks inside the model: it reorders the encoder memory and the decoder
-state with their own ``index_select``, whatever the RNN type or attention.
+Search never looks inside the model: the encoder memory and the decoder state expand
+to beam rows (``repeat_rows``) and reorder (``index_select``) themselves, whatever the
+RNN type or attention.
 
 Scores are length-normalised log-probabilities with the GNMT length penalty
 (Wu et al. 2016): score = log P(y) / ((5 + |y|) / 6)^alpha, where |y| counts the
@@ -23,7 +24,7 @@ from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.settings import SearchSettings
 
-__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty"]
+__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty", "row_topk"]
 
 
 @dataclass
@@ -75,6 +76,35 @@ def _log_probs(logits: Tensor) -> Tensor:
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
     return logp
+
+
+TOPK_BLOCK = 64  # vocabulary entries per block in row_topk's first stage
+
+
+def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """``x.topk(k, dim=1)`` of (N, V) rows in two stages: the k blocks of TOPK_BLOCK
+    entries with the largest maxima, then the k largest of those blocks' entries.
+
+    Exact: fewer than k entries exceed one of a row's k largest, so fewer than k blocks
+    have a larger maximum and its block is among the k kept. torch's CPU topk copies
+    every (value, index) pair of a row before selecting; the first stage only reads
+    the row once for its block maxima (docs/performance.md#decoding). The values are
+    torch.topk's; among equal values the indices may differ (torch leaves that order
+    unspecified too).
+    """
+    n, width = x.shape
+    blocks = width // TOPK_BLOCK
+    if blocks < 2 * k:  # a small vocabulary: nothing to gain
+        return x.topk(k, dim=1)
+    head = x[:, : blocks * TOPK_BLOCK].reshape(n, blocks, TOPK_BLOCK)
+    _, best = head.amax(dim=2).topk(k, dim=1)  # (N, k) block numbers
+    offsets = torch.arange(TOPK_BLOCK, device=x.device)
+    idx = (best.unsqueeze(2) * TOPK_BLOCK + offsets).view(n, k * TOPK_BLOCK)
+    if blocks * TOPK_BLOCK < width:  # the last, partial block is always a candidate
+        tail = torch.arange(blocks * TOPK_BLOCK, width, device=x.device).expand(n, -1)
+        idx = torch.cat([idx, tail], dim=1)
+    values, pos = x.gather(1, idx).topk(k, dim=1)
+    return values, idx.gather(1, pos)
 
 
 def greedy(model: nn.Module, src: Tensor, src_lens: Tensor, max_len_ratio: float = 2.0,
@@ -189,8 +219,7 @@ class _BeamSearch:
         self.max_len = max_len
         self.src_lens = src_lens.tolist()
         n, dev = src.size(0), src.device
-        rows = torch.arange(n, device=dev).repeat_interleave(beam)
-        self.memory = model.encode(src, src_lens).index_select(rows)
+        self.memory = model.encode(src, src_lens).repeat_rows(beam)
         self.state = model.init_state(self.memory)
         self.active = list(range(n))  # original sentence ids, in row order
         # only beam 0 is live at the start, so the first step does not pick duplicates
@@ -231,7 +260,7 @@ class _BeamSearch:
         # a sentence's 2k best continuations are among the 2k best of each of its rows:
         # choosing per row first spares the (n, k*V) matrix of every candidate's score
         width = min(2 * k, logp.size(-1))
-        row_s, row_tok = logp.topk(width, dim=1)  # (n*k, width)
+        row_s, row_tok = row_topk(logp, width)  # (n*k, width)
         cand = (self.scores.view(-1, 1) + row_s).view(n, k * width)
         top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k): at most k of them end in EOS
         tok = row_tok.view(n, k * width).gather(1, top_i)

@@ -43,6 +43,9 @@ class AttentionMemory:
     context: (batch, context_size) a fixed context (``none``), or None.
     values_grad, keys_grad: set only in a teacher-forced step loop (``loop_memory``):
     values/keys are then detached and these attach their gradients once per loop.
+    group: how many consecutive query rows each memory row serves (``repeat_rows``):
+    beam search's hypotheses of one sentence share its memory, which each step then
+    reads once per sentence instead of once per hypothesis.
     """
 
     values: Tensor
@@ -51,14 +54,24 @@ class AttentionMemory:
     context: Tensor | None = None
     values_grad: DeferredGrad | None = None
     keys_grad: DeferredGrad | None = None
+    group: int = 1
+
+    def repeat_rows(self, k: int) -> AttentionMemory:
+        """The memory of a batch whose query rows come ``k`` per row of this one,
+        consecutive (row i serves query rows i*k ... i*k+k-1); no field is copied."""
+        return replace(self, group=self.group * k)
 
     def index_select(self, index: Tensor) -> AttentionMemory:
-        """Rows ``index`` (new_batch,) of every field: beam search reorders with this."""
+        """Query rows ``index`` (new_rows,) of every field: beam search reorders with this.
+        A grouped memory keeps whole groups only (beam search drops whole sentences)."""
+        if self.group > 1:
+            index = _whole_groups(index, self.group)
         return AttentionMemory(
             values=self.values.index_select(0, index),
             mask_bias=self.mask_bias.index_select(0, index),
             keys=None if self.keys is None else self.keys.index_select(0, index),
             context=None if self.context is None else self.context.index_select(0, index),
+            group=self.group,
         )
 
     def head(self, rows: int) -> AttentionMemory:
@@ -69,6 +82,16 @@ class AttentionMemory:
 
         return replace(self, values=self.values[:rows], mask_bias=self.mask_bias[:rows],
                        keys=cut(self.keys), context=cut(self.context))
+
+
+def _whole_groups(index: Tensor, group: int) -> Tensor:
+    """Query rows (n * group,) that are whole groups in order -> their memory rows (n,)."""
+    rows = index.view(-1, group)
+    first = rows[:, :1]
+    whole = (first % group == 0) & (rows - first == torch.arange(group, device=index.device))
+    if not bool(whole.all()):
+        raise ValueError(f"a memory grouped by {group} can only keep whole groups of rows")
+    return first.squeeze(1) // group
 
 
 def _mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -200,7 +223,19 @@ class Attention(nn.Module):
         raise NotImplementedError
 
     def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
-        """query (B, [T,] dec_size) -> context (B, [T,] enc_size), weights (B, [T,] S)."""
+        """query (B, [T,] dec_size) -> context (B, [T,] enc_size), weights (B, [T,] S).
+
+        With a grouped memory (``AttentionMemory.repeat_rows``) a one-step query has
+        ``group`` rows per memory row; they are scored as the steps of one sentence
+        are, (B_mem, group, dec_size), so each sentence's keys and values are read once.
+        """
+        if memory.group > 1 and query.dim() == 2:
+            context, weights = self.attend(query.view(-1, memory.group, query.size(-1)), memory)
+            return context.flatten(0, 1), weights.flatten(0, 1)
+        return self.attend(query, memory)
+
+    def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+        """As ``forward``, with as many query rows as memory rows."""
         raise NotImplementedError
 
     def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
@@ -244,9 +279,9 @@ class NoAttention(Attention):
     def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
         return memory  # the fixed context never reads the values
 
-    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+    def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         context = memory.context
-        assert context is not None, "NoAttention.forward needs the memory from NoAttention.init"
+        assert context is not None, "NoAttention needs the memory from NoAttention.init"
         zeros = memory.mask_bias.new_zeros(memory.mask_bias.shape)
         if query.dim() == 2:
             return context, zeros
@@ -266,7 +301,7 @@ class BahdanauAttention(Attention):
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
                                keys=self.scorer.keys(h))
 
-    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+    def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         return _attend(self.scorer(query, memory.keys), memory)
 
 
@@ -303,7 +338,7 @@ class LuongAttention(Attention):
         keys = DeferredGrad(memory.keys, steps, shared_on_right=False)
         return replace(memory, keys=keys.shared, keys_grad=keys)
 
-    def forward(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
+    def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         if memory.keys_grad is not None:
             return _attend(self.scorer(query, memory.keys, memory.keys_grad), memory)
         return _attend(self.scorer(query, memory.keys), memory)

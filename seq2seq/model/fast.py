@@ -38,8 +38,14 @@ class Memory:
     attn: AttentionMemory
 
     def index_select(self, index: Tensor) -> Memory:
-        """Rows ``index`` (new_batch,) of every field, e.g. to expand to beam size."""
+        """Rows ``index`` (new_batch,) of every field: beam search drops finished sentences."""
         return Memory(final=self.final.index_select(0, index), attn=self.attn.index_select(index))
+
+    def repeat_rows(self, k: int) -> Memory:
+        """Each row ``k`` times, consecutive (beam search's hypotheses of one sentence).
+        ``final`` (which the bridge reads once) is copied; the attention's memory is
+        shared by each group (AttentionMemory.repeat_rows)."""
+        return Memory(final=self.final.repeat_interleave(k, dim=0), attn=self.attn.repeat_rows(k))
 
 
 def _check_batch(src: Tensor, src_lens: Tensor) -> None:

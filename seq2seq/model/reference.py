@@ -57,6 +57,11 @@ class Memory:
         return Memory(*(None if t is None else t.index_select(0, index) for t in
                         (self.states, self.mask, self.final, self.keys, self.context)))
 
+    def repeat_rows(self, k: int) -> Memory:
+        """Each sentence ``k`` times, consecutive: beam search's hypotheses."""
+        return self.index_select(torch.arange(self.final.size(0), device=self.final.device)
+                                 .repeat_interleave(k))
+
 
 @dataclass
 class State:

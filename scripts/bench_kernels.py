@@ -1,0 +1,90 @@
+"""The pointwise and selection kernels behind two decoding/training choices, on this CPU.
+
+    .venv/bin/python scripts/bench_kernels.py [--threads 1] [--json out.json]
+
+- ``tanh`` against ``sigmoid`` on a (rows, source length, attention size) tensor: the
+  additive attention computes vᵀ tanh(z) as 2 vᵀ σ(2z) - Σv because torch's CPU tanh
+  was several times slower (docs/performance.md#additive-attention-through-the-sigmoid).
+- ``torch.topk`` against :func:`seq2seq.inference.search.row_topk` on (rows, vocabulary)
+  log-probabilities: the beam search's per-row top 2k.
+
+Each figure is the median of ``--repeats`` calls in this process, after one warm-up;
+the CPU (model and flags) is printed with them. Run it with ``ATEN_CPU_CAPABILITY=avx2``
+to time torch's AVX2 kernels on an AVX-512 CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from seq2seq.inference.search import row_topk
+from seq2seq.runtime import cpu_description
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` in milliseconds, after one untimed call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def pointwise(rows: int, src_len: int, size: int, repeats: int) -> dict[str, float]:
+    """ms of tanh and sigmoid (out of place) in fp32 and bf16."""
+    out = {}
+    x = torch.randn(rows, src_len, size) * 3
+    for name, t in (("fp32", x), ("bf16", x.bfloat16())):
+        buf = torch.empty_like(t)
+        out[f"tanh_{name}"] = median_ms(lambda t=t, buf=buf: torch.tanh(t, out=buf), repeats)
+        out[f"sigmoid_{name}"] = median_ms(lambda t=t, buf=buf: torch.sigmoid(t, out=buf), repeats)
+    return out
+
+
+def selection(rows: int, vocab: int, k: int, repeats: int) -> dict[str, float]:
+    """ms of torch.topk and row_topk over fp32 log-probabilities."""
+    logp = torch.log_softmax(torch.randn(rows, vocab) * 3, dim=1)
+    assert torch.equal(row_topk(logp, k)[0], logp.topk(k, dim=1)[0])
+    return {"torch_topk": median_ms(lambda: logp.topk(k, dim=1), repeats),
+            "row_topk": median_ms(lambda: row_topk(logp, k), repeats)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--rows", type=int, default=330, help="decoder rows (sentences x beam)")
+    p.add_argument("--src-len", type=int, default=30)
+    p.add_argument("--attn-size", type=int, default=256)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--k", type=int, default=10, help="per-row top k (2 x beam)")
+    p.add_argument("--json", default="")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    record = {"cpu": cpu_description(), "torch": torch.__version__, "threads": args.threads,
+              "kernels": torch.backends.cpu.get_cpu_capability(),
+              "pointwise_ms": pointwise(args.rows, args.src_len, args.attn_size, args.repeats),
+              "selection_ms": selection(args.rows, args.vocab, args.k, args.repeats)}
+    pw, sel = record["pointwise_ms"], record["selection_ms"]
+    print(f"CPU {record['cpu']['model']} {' '.join(record['cpu']['flags'])}; torch "
+          f"{record['torch']} {record['kernels']} kernels, {args.threads} thread(s)")
+    for dtype in ("fp32", "bf16"):
+        print(f"{dtype}: tanh {pw[f'tanh_{dtype}']:.2f} ms, sigmoid {pw[f'sigmoid_{dtype}']:.2f} ms "
+              f"(x{pw[f'tanh_{dtype}'] / pw[f'sigmoid_{dtype}']:.2f}) on "
+              f"({args.rows}, {args.src_len}, {args.attn_size})")
+    print(f"top {args.k} of ({args.rows}, {args.vocab}): torch.topk {sel['torch_topk']:.2f} ms, "
+          f"row_topk {sel['row_topk']:.2f} ms (x{sel['torch_topk'] / sel['row_topk']:.2f})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
