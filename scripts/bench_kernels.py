@@ -17,25 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from seq2seq.inference.search import row_topk
+from seq2seq.precision import timed
 from seq2seq.runtime import cpu_description
+
+CPU = torch.device("cpu")
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of ``fn`` in milliseconds, after one untimed call."""
     fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2] * 1e3
+    times = sorted(timed(fn, CPU) for _ in range(repeats))
+    return times[len(times) // 2] * 1e3
 
 
 def pointwise(rows: int, src_len: int, size: int, repeats: int) -> dict[str, float]:
