@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import re
@@ -22,6 +23,7 @@ from fixtures_translate import (
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import TranslateConfig, validate_translate
+from seq2seq.constants import EOS_ID
 from seq2seq.corpus import batching
 from seq2seq.errors import CheckpointError, ConfigError
 from seq2seq.inference.command import run_filter, translator_from_config
@@ -357,13 +359,37 @@ def test_precision_auto_times_the_decoder_at_the_mode_batch_size(monkeypatch, tm
     assert command.choose_precision(cfg, t, batched=True).bf16 is False and len(timed) == 3
 
 
-def test_the_decoding_probe_leaves_the_model_as_it_was() -> None:
-    from seq2seq.inference.probe import step_probe
+@pytest.mark.parametrize("name", ["step_probe", "search_probe"])
+def test_the_decoding_probes_leave_the_model_as_it_was(name: str) -> None:
+    from seq2seq.inference import probe
 
     t = trained_word_translator()
     t.model.train()
     before = {k: v.clone() for k, v in t.model.state_dict().items()}
-    step_probe(t.model, sentences=4, beam=2, src_len=7)()
+    getattr(probe, name)(t.model, sentences=4, beam=2, src_len=7)()
     assert t.model.training
     assert all(torch.equal(before[k], v) for k, v in t.model.state_dict().items())
     t.model.eval()
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_search_probe_runs_the_real_search_capped_at_its_steps(
+        beam: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from seq2seq.inference import decode, probe
+
+    model = copy.deepcopy(trained_word_translator().model)
+    dec = model.decoder
+    with torch.no_grad():  # EOS never wins, so every output runs to the cap
+        (dec.out_bias if dec.tie_embeddings else dec.output.bias)[EOS_ID] = -1e9
+    seen = []
+    real = decode.search_batch
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        seen.append((tuple(args[1].shape), [len(h.tokens) for hs in out for h in hs]))
+        return out
+
+    monkeypatch.setattr(decode, "search_batch", spy)
+    probe.search_probe(model, sentences=4, beam=beam, src_len=7, steps=3)()
+    [(shape, lengths)] = seen
+    assert shape == (4, 7) and lengths == [3, 3, 3, 3]

@@ -112,8 +112,10 @@ def _pad(seqs: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
     return src.to(device), lens.to(device)
 
 
-def _search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, nbest: int,
-            settings: SearchSettings) -> list[list[Hypothesis]]:
+def search_batch(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, nbest: int,
+                 settings: SearchSettings) -> list[list[Hypothesis]]:
+    """One padded batch, src (B, S) and src_lens (B,), through greedy search (``beam`` 1)
+    or beam search: per sentence its ``nbest`` hypotheses, best first."""
     s = settings
     if beam == 1:
         return [[h] for h in greedy(model, src, src_lens, s.max_len_ratio, s.max_len_extra,
@@ -144,7 +146,7 @@ def search_batches(model: nn.Module, encoded: Sequence[list[int]], beam: int, nb
 
     def run(idx: np.ndarray) -> tuple[list[int], list[list[Hypothesis]]]:
         src, src_lens = _pad([encoded[i] for i in idx], device)
-        return idx.tolist(), _search(model, src, src_lens, beam, nbest, settings)
+        return idx.tolist(), search_batch(model, src, src_lens, beam, nbest, settings)
 
     batches = length_sorted_batches([len(e) for e in encoded], batch_tokens)
     if workers > 1 and len(batches) > 1:

@@ -60,11 +60,13 @@ def choose_workers(workers: int, model: nn.Module, batch_tokens: int, beam: int
     ``beam``; returns the number and why.
 
     Auto, on a CPU with T > 1 torch threads: T batches side by side on one thread each,
-    when timing a few decoder steps of T batches that way beats the same T batches one
-    after another on all T threads by :data:`MIN_SPEEDUP`; else one batch at a time.
-    Elsewhere (a GPU, one thread) 1.
+    when timing the first steps of T batches' searches that way beats the same T batches
+    one after another on all T threads by :data:`MIN_SPEEDUP`; else one batch at a time.
+    Elsewhere (a GPU, one thread) 1. The search's own per-step work is timed with the
+    model's: side by side, one batch's search runs while the other's matmuls do
+    (docs/performance.md#decoding).
     """
-    from seq2seq.inference.probe import PROBE_SRC_LEN, step_probe
+    from seq2seq.inference.probe import PROBE_SRC_LEN, search_probe
 
     if workers > 0:
         return workers, f"workers={workers}"
@@ -73,7 +75,7 @@ def choose_workers(workers: int, model: nn.Module, batch_tokens: int, beam: int
     if device.type != "cpu" or threads < 2:
         return 1, f"1 (auto: {'one thread' if device.type == 'cpu' else device.type})"
     sentences = max(1, batch_tokens // PROBE_SRC_LEN)
-    probe = step_probe(model, sentences, beam, PROBE_SRC_LEN)
+    probe = search_probe(model, sentences, beam, PROBE_SRC_LEN)
     probe()  # builds the probe's batch (not thread-safe) and warms the kernels
 
     def side_by_side() -> None:
