@@ -375,21 +375,21 @@ def test_the_decoding_probes_leave_the_model_as_it_was(name: str) -> None:
 @pytest.mark.parametrize("beam", [1, 3])
 def test_the_search_probe_runs_the_real_search_capped_at_its_steps(
         beam: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from seq2seq.inference import decode, probe
+    from seq2seq.inference import probe
 
     model = copy.deepcopy(trained_word_translator().model)
     dec = model.decoder
     with torch.no_grad():  # EOS never wins, so every output runs to the cap
         (dec.out_bias if dec.tie_embeddings else dec.output.bias)[EOS_ID] = -1e9
     seen = []
-    real = decode.search_batch
+    real = probe.search_batch
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
         seen.append((tuple(args[1].shape), [len(h.tokens) for hs in out for h in hs]))
         return out
 
-    monkeypatch.setattr(decode, "search_batch", spy)
+    monkeypatch.setattr(probe, "search_batch", spy)
     probe.search_probe(model, sentences=4, beam=beam, src_len=7, steps=3)()
     [(shape, lengths)] = seen
     assert shape == (4, 7) and lengths == [3, 3, 3, 3]

@@ -16,6 +16,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from seq2seq.constants import DECODE_BATCH_TOKENS
+
 # The YAML side of every config: configs/ beside the package (an editable install).
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
@@ -224,7 +226,8 @@ class TranslateConfig:
     output: str = ""
     alignments: str = ""  # file mode: also write one JSON line of alignments per input line
     alignment: Alignment = Alignment.soft
-    batch_tokens: int = 2000  # file mode: padded source subwords per batch, before beam expansion
+    # file mode: padded source subwords per batch, before beam expansion
+    batch_tokens: int = DECODE_BATCH_TOKENS
     alpha: float = 0.6  # GNMT length penalty of the beam score
     max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
     max_len_extra: int = 10
@@ -262,7 +265,8 @@ class EvalConfig:
     alpha: float = 0.6  # GNMT length penalty of the beam score
     max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
     max_len_extra: int = 10
-    batch_tokens: int = 2000  # padded source subwords per decoding batch, before beam expansion
+    # padded source subwords per decoding batch, before beam expansion
+    batch_tokens: int = DECODE_BATCH_TOKENS
     n_boot: int = 1000  # bootstrap resamples for intervals and paired tests
     boot_seed: int = 12345
     device: str = "auto"  # auto | cpu | cuda
@@ -363,7 +367,7 @@ class ServeConfig:
     max_len_ratio: float = 2.0  # output cap: int(ratio * source subwords) + max_len_extra
     max_len_extra: int = 10
     max_src_tokens: int = 0  # longer inputs are cut (and flagged); 0 = 4 x the run's train.max_src_words
-    batch_tokens: int = 2000  # padded source subwords per decoding batch
+    batch_tokens: int = DECODE_BATCH_TOKENS  # padded source subwords per batch
     device: str = "cpu"  # cpu | cuda | auto
     # torch intra-op threads of the decoding thread; 0 = all cores. One leaves a core to the
     # HTTP event loop, and small batches gain little from more (see seq2seq.config.TranslateConfig.threads)

@@ -22,9 +22,9 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from seq2seq.config import check_beam
-from seq2seq.constants import PAD_ID
+from seq2seq.constants import DECODE_BATCH_TOKENS, PAD_ID
 from seq2seq.errors import ConfigError
-from seq2seq.inference.search import Hypothesis, SearchSettings, beam_search, greedy
+from seq2seq.inference.search import Hypothesis, SearchSettings, search_batch
 
 
 class _SrcTokenizer(Protocol):
@@ -112,20 +112,9 @@ def _pad(seqs: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
     return src.to(device), lens.to(device)
 
 
-def search_batch(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, nbest: int,
-                 settings: SearchSettings) -> list[list[Hypothesis]]:
-    """One padded batch, src (B, S) and src_lens (B,), through greedy search (``beam`` 1)
-    or beam search: per sentence its ``nbest`` hypotheses, best first."""
-    s = settings
-    if beam == 1:
-        return [[h] for h in greedy(model, src, src_lens, s.max_len_ratio, s.max_len_extra,
-                                    s.alpha)]
-    return beam_search(model, src, src_lens, beam, s.alpha, s.max_len_ratio, s.max_len_extra,
-                       nbest=nbest)
-
-
 def search_batches(model: nn.Module, encoded: Sequence[list[int]], beam: int, nbest: int = 1,
-                   settings: SearchSettings | None = None, batch_tokens: int = 2000,
+                   settings: SearchSettings | None = None,
+                   batch_tokens: int = DECODE_BATCH_TOKENS,
                    device: str | torch.device | None = None, workers: int = 1
                    ) -> Iterator[tuple[list[int], list[list[Hypothesis]]]]:
     """The one batched decoding path of evaluation, the Translator and file translation.
@@ -165,7 +154,7 @@ def decode(
     alpha: float = 0.6,
     max_len_ratio: float = 2.0,
     max_len_extra: int = 10,
-    batch_tokens: int = 2000,
+    batch_tokens: int = DECODE_BATCH_TOKENS,
     device: str | torch.device = "cpu",
     progress: bool = True,
     workers: int = 1,

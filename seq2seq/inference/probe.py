@@ -13,12 +13,13 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.constants import BOS_ID, UNK_ID
-from seq2seq.inference.search import no_grad_mode
+from seq2seq.inference.search import SearchSettings, no_grad_mode, search_batch
 
 PROBE_SRC_LEN = 30  # source subwords of the probes' sentences (a typical verse)
 
 
-def _lazy_batch(model: nn.Module, sentences: int, src_len: int) -> Callable[[], tuple[Tensor, Tensor]]:
+def _lazy_batch(model: nn.Module, sentences: int, src_len: int
+                ) -> Callable[[], tuple[Tensor, Tensor]]:
     """A function returning a synthetic batch, src (sentences, src_len) and src_lens
     (sentences,), made at its first call (building it costs nothing unused; the first call
     is not thread-safe). The cost does not depend on which ids are read: UNK exists in
@@ -61,9 +62,6 @@ def search_probe(model: nn.Module, sentences: int, beam: int, src_len: int = PRO
     tokens through the real search (greedy for ``beam`` 1, else beam search), each output
     capped at ``steps`` tokens: what one batch of this size costs a worker, search included
     (seq2seq.inference.workers.choose_workers)."""
-    from seq2seq.inference.decode import search_batch
-    from seq2seq.inference.settings import SearchSettings
-
     batch = _lazy_batch(model, sentences, src_len)
     cap = SearchSettings(max_len_ratio=0.0, max_len_extra=steps)  # outputs of <= steps tokens
 

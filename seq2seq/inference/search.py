@@ -24,7 +24,8 @@ from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.settings import SearchSettings
 
-__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty", "row_topk"]
+__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty", "row_topk",
+           "search_batch"]
 
 
 @dataclass
@@ -165,6 +166,18 @@ def beam_search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int = 5,
         search = _BeamSearch(model, src, src_lens, beam, nbest, alpha,
                              _max_lengths(src_lens, max_len_ratio, max_len_extra))
         return search.run()
+
+
+def search_batch(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int, nbest: int,
+                 settings: SearchSettings) -> list[list[Hypothesis]]:
+    """One padded batch, src (B, S) and src_lens (B,), through greedy search (``beam`` 1)
+    or beam search: per sentence its ``nbest`` hypotheses, best first."""
+    s = settings
+    if beam == 1:
+        return [[h] for h in greedy(model, src, src_lens, s.max_len_ratio, s.max_len_extra,
+                                    s.alpha)]
+    return beam_search(model, src, src_lens, beam, s.alpha, s.max_len_ratio, s.max_len_extra,
+                       nbest=nbest)
 
 
 @dataclass

@@ -38,6 +38,7 @@ from typing import IO, Any
 import numpy as np
 
 from seq2seq.atomic import atomic_open
+from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.errors import Seq2SeqError
 
 BLOCK_LINES = 5000  # lines sorted and decoded together; bounds the memory of a huge file
@@ -117,7 +118,7 @@ def _translate_block(translator: Any, texts: list[str], beam: int, nbest: int,
 
 
 def translate_lines(translator: Any, lines: Iterable[bytes], writers: Writers, err: IO[str],
-                    beam: int = 5, nbest: int = 1, batch_tokens: int = 2000,
+                    beam: int = 5, nbest: int = 1, batch_tokens: int = DECODE_BATCH_TOKENS,
                     block_lines: int = BLOCK_LINES, progress: Any = None) -> int:
     """Translate ``lines`` (bytes, one sentence each) block by block into ``writers``, in
     input order; warnings (invalid UTF-8, cut inputs, failures) on ``err``. Returns the

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from seq2seq.config import check_beam
+from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.errors import ConfigError
 from seq2seq.inference.settings import SearchSettings
 
@@ -110,7 +111,7 @@ class Translator:
         return ids[: self.max_src_tokens], pieces[: self.max_src_tokens], cut
 
     def translate(self, sentences: Sequence[str], beam: int = 5, nbest: int = 1,
-                  batch_tokens: int = 2000, on_batch: Callable[[int], None] | None = None
+                  batch_tokens: int = DECODE_BATCH_TOKENS, on_batch: Callable[[int], None] | None = None
                   ) -> list[Translation]:
         """Translate ``sentences``; one Translation per sentence, in their order.
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seq2seq.constants import MAX_BEAM
+from seq2seq.constants import DECODE_BATCH_TOKENS, MAX_BEAM
 from seq2seq.errors import CheckpointError, ConfigError, Seq2SeqError
 from seq2seq.inference.settings import SearchSettings
 from seq2seq.inference.translator import Translation, Translator
@@ -44,7 +44,7 @@ class ServedModel:
     parameters: int = 0
     training: dict[str, Any] | None = None
     settings: dict[str, Any] = field(default_factory=dict)
-    batch_tokens: int = 2000  # padded source subwords per decoding batch
+    batch_tokens: int = DECODE_BATCH_TOKENS  # padded source subwords per decoding batch
 
     @property
     def alignment(self) -> bool:
