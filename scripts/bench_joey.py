@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.errors import Seq2SeqError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,8 +62,8 @@ MISMATCHES = [
     "<pad>/<unk>); no effect on the model.",
     "Decoding length cap: JoeyNMT 1.5 x the longest source in the batch; ours 2 x each "
     "source + 10 per sentence. Both stop at EOS; beam length penalty alpha 0.6 in both.",
-    "Decoding batches: JoeyNMT test batches of 2000 padded tokens in file order (no length "
-    "sorting); ours 2000 padded source tokens, length-sorted.",
+    f"Decoding batches: JoeyNMT test batches of {DECODE_BATCH_TOKENS} padded tokens in file order "
+    f"(no length sorting); ours {DECODE_BATCH_TOKENS} padded source tokens, length-sorted.",
     "Initialisation: embeddings N(0, 1) in both (JoeyNMT embed_initializer normal, weight "
     "1.0: torch's nn.Embedding default, which ours keeps). JoeyNMT's own default, "
     "xavier_uniform embeddings (std ~0.016 at 8k x 256), left it at the unigram loss for "
@@ -160,7 +161,7 @@ def joey_config(arm: str, files: dict[str, str], langs: tuple[str, str], model_d
                      "eval_metrics": ["bleu"], "early_stopping_metric": "loss",
                      "keep_best_ckpts": 1, "overwrite": True, "shuffle": True,
                      "print_valid_sents": [], "num_workers": 0},
-        "testing": {"beam_size": beam, "beam_alpha": 0.6, "batch_size": 2000,
+        "testing": {"beam_size": beam, "beam_alpha": 0.6, "batch_size": DECODE_BATCH_TOKENS,
                     "batch_type": "token", "eval_metrics": ["bleu"],
                     "sacrebleu_cfg": {"tokenize": "13a"}},
         "model": {"embed_initializer": "normal", "embed_init_weight": 1.0,  # see MISMATCHES

@@ -31,6 +31,7 @@ import numpy as np
 import yaml
 from bench_joey import write_lines
 
+from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.errors import Seq2SeqError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +88,8 @@ MISMATCHES = [
     "Decoding: beam 5 with GNMT length penalty alpha 0.6 (length_penalty wu) as ours; "
     "greedy is beam 1 with random_sampling_topk 1 (argmax). Length cap: OpenNMT-py's "
     "default min(250, 1.25 x the longest source in the batch + 5); ours 2 x each source + "
-    "10. Batches of 2000 padded source tokens, length-sorted, as ours. The time is its "
+    f"10. Batches of {DECODE_BATCH_TOKENS} padded source tokens, length-sorted, as ours. "
+    "The time is its "
     "own 'Average translation time' x sentences (search, model and data loading excluded).",
     "Learning rate: Adam 1e-3 (betas 0.9/0.999) constant (decay_method none, "
     "learning_rate_decay 1.0); no validation set (none is needed to save a checkpoint).",
@@ -269,7 +271,8 @@ def detokenize(tok: Any, lines: list[str]) -> list[str]:
 
 def translate_args(model: Path, src: Path, out: Path, beam: int) -> list[str]:
     args = ["-model", str(model), "-src", str(src), "-output", str(out), "-beam_size", str(beam),
-            "-batch_type", "tokens", "-batch_size", "2000", "-report_time", "-seed", "1"]
+            "-batch_type", "tokens", "-batch_size", str(DECODE_BATCH_TOKENS), "-report_time",
+            "-seed", "1"]
     if beam == 1:
         return [*args, "-random_sampling_topk", "1"]  # argmax; its default 0 samples
     return [*args, "-length_penalty", "wu", "-alpha", "0.6"]

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 
 import torch
 
+from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.evaluation.command import run_split
 from seq2seq.inference.command import choose_speed, run_filter
 from seq2seq.inference.translate_file import Writers, translate_lines
@@ -39,7 +40,7 @@ def main() -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lines", type=int, default=0, help="only the first N lines (0 = all)")
-    p.add_argument("--batch-tokens", type=int, default=2000)
+    p.add_argument("--batch-tokens", type=int, default=DECODE_BATCH_TOKENS)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the filter (1: the CLI's auto setting for a pipe)")
     p.add_argument("--file-threads", type=int, default=0,

@@ -111,7 +111,8 @@ class Translator:
         return ids[: self.max_src_tokens], pieces[: self.max_src_tokens], cut
 
     def translate(self, sentences: Sequence[str], beam: int = 5, nbest: int = 1,
-                  batch_tokens: int = DECODE_BATCH_TOKENS, on_batch: Callable[[int], None] | None = None
+                  batch_tokens: int = DECODE_BATCH_TOKENS,
+                  on_batch: Callable[[int], None] | None = None
                   ) -> list[Translation]:
         """Translate ``sentences``; one Translation per sentence, in their order.
 
