@@ -22,20 +22,22 @@ Each mark's weights (``last.pt`` without the optimizer state) are kept in
 ``<run>/marks/<K>min.pt`` (with the run's tokenizer/) and decoded from there.
 Or `--ours-run ARM=DIR`: that run's best.pt, one mark at M.
 
-JoeyNMT (scripts/bench_bleu_joey.py) has no time limit: its update count at each mark is the mark's minutes x its
-training tokens/s measured earlier in the same benchmark run, divided by its real target
-tokens per batch (so its minutes count training steps only, not its start-up nor its
-validations). Its validation_freq is the updates per K minutes, so it validates (20 dev
-pairs) and saves ``<updates>.ckpt`` at each mark; ``keep_best_ckpts: -1`` keeps every
-checkpoint (any positive value would delete all but the best by its validation metric);
-its last update saves one more. After training, `joeynmt test` decodes each mark's
-checkpoint (``testing.load_model``). Its time at each mark is read from its log's
-timestamps: from its first epoch's start to the mark's checkpoint (`train_wall_s`, its
-validations included) and the same less its validations (`train_s`).
+JoeyNMT (scripts/bench_bleu_joey.py) has no time limit, so one `joeynmt train` run is
+watched and stopped by the clock: it validates (20 dev pairs) and saves ``<updates>.ckpt``
+about every K/5 minutes (validation_freq from its training tokens/s measured earlier in the
+same benchmark run; ``keep_best_ckpts: -1`` keeps every checkpoint, any positive value
+would delete all but the best by its validation metric), and gets Ctrl-C once a checkpoint
+has trained past M minutes. Its time at each checkpoint is read from its log's timestamps:
+from its first epoch's start to the save (`train_wall_s`, validations included) and the same
+less its validations (`train_s`). Each mark takes the first checkpoint whose `train_s`
+reaches the mark, so JoeyNMT trains at least the mark's minutes (up to about K/5 more);
+`joeynmt test` then decodes it (``testing.load_model``) and the checkpoints between marks
+are deleted.
 
 Our max_minutes counts our in-loop dev validations (every train.valid_every steps and at
-each epoch's end: 300 dev sentences decoded), JoeyNMT's updates do not count its own,
-so the budget leans slightly toward JoeyNMT; both times are recorded for every mark.
+each epoch's end: 300 dev sentences decoded), JoeyNMT's marks do not count its own, and
+its marks land at or past the mark: the budget leans toward JoeyNMT; both times are
+recorded for every mark.
 """
 
 from __future__ import annotations

@@ -207,11 +207,17 @@ def train(cfg: dict[str, Any], work: Path, timeout: float = 3600, flush_denormal
     text, wall = run_joey(["train", str(path), "--skip-test"], log, timeout, flush_denormals)
     if flush_denormals and FLUSHED.findall(text) != ["True"]:
         raise Seq2SeqError(f"JoeyNMT could not be run with denormals flushed; see {log}")
+    return train_result(cfg, text, wall, path, log, warmup_windows)
+
+
+def train_result(cfg: dict[str, Any], text: str, wall: float, config: Path, log: Path,
+                 warmup_windows: int = 1) -> dict[str, Any]:
+    """What `train` returns, read from a finished `joeynmt train` log ``text``."""
     rates = [float(m) for m in TOKENS_PER_SEC.findall(text)]
     timed = rates[warmup_windows:] or rates
     return {"tgt_tok_per_s": statistics.median(timed) if timed else float("nan"),
             "tgt_tok_per_s_repeats": timed, "warmup_windows": len(rates) - len(timed),
-            "updates": cfg["training"]["updates"], "wall_s": wall, "config": str(path),
+            "updates": cfg["training"]["updates"], "wall_s": wall, "config": str(config),
             "log": str(log), "peak_rss_mib": peak_rss_mib(text)}
 
 

@@ -19,7 +19,7 @@ import bench_joey  # noqa: E402
 import benchmark  # noqa: E402
 import plot_bleu_minutes  # noqa: E402
 
-from seq2seq.errors import ConfigError  # noqa: E402
+from seq2seq.errors import ConfigError, Seq2SeqError  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -48,27 +48,73 @@ def test_mark_options_and_defaults():
         benchmark.parse_args(["--minutes", "30", "--mark-minutes", "-5"])
 
 
-@pytest.mark.parametrize(("marks", "every", "rate"), [
-    ([5, 10, 15, 20, 25, 30], 5, 28.3), ([5, 10, 15, 16], 5, 10), ([10], 0, 37.4),
-    ([0.5, 1], 0.5, 0.3), ([5, 10], 5, 1e-3)])
-def test_joey_updates_hit_every_mark(marks, every, rate):
-    updates = bench_bleu_joey.joey_mark_updates(marks, every, rate)
-    freq = bench_bleu_joey.joey_validation_freq(updates)
-    log_every = bench_bleu_joey.joey_log_every(freq)
-    assert len(updates) == len(marks) and updates[0] >= 1
-    assert all(a < b for a, b in zip(updates, updates[1:], strict=False))
-    assert freq % log_every == 0 and 1 <= log_every <= 100  # JoeyNMT's config rules
-    for minutes, u in zip(marks[:-1], updates[:-1], strict=True):  # validations save these checkpoints
-        assert u % freq == 0, (minutes, u)
-    if rate >= 1:  # the last update count is the last mark's minutes at the rate
-        assert updates[-1] == pytest.approx(marks[-1] * rate, abs=max(1, rate * every / 2))
+@pytest.mark.parametrize(("every", "last", "rate", "freq"), [
+    (5, 30, 28.3, 28), (5, 15, 10, 10), (0, 10, 37.4, 75), (0.5, 1, 0.3, 1), (5, 10, 1e-3, 1)])
+def test_joey_checkpoints_come_about_every_fifth_of_a_mark(every, last, rate, freq):
+    got = bench_bleu_joey.joey_checkpoint_every(every, last, rate)
+    assert got == freq
+    cap = bench_bleu_joey.joey_update_cap(last, rate, got)
+    assert cap % got == 0 and cap >= 2 * got  # JoeyNMT saves a checkpoint at its last update
+    assert cap >= bench_bleu_joey.UPDATE_CAP_FACTOR * last * rate - 1  # far past the last mark
+    assert 1 <= bench_bleu_joey.joey_log_every(got) <= 100 and got % bench_bleu_joey.joey_log_every(got) == 0
 
 
-def test_joey_updates_values():
-    assert bench_bleu_joey.joey_mark_updates([5, 10, 15], 5, 28.3) == [142, 284, 426]
-    assert bench_bleu_joey.joey_mark_updates([5, 10, 15, 16], 5, 10) == [50, 100, 150, 160]
+def test_joey_log_every_divides_its_validation_freq():
     assert bench_bleu_joey.joey_log_every(840) == 84
     assert bench_bleu_joey.joey_log_every(97) == 97 and bench_bleu_joey.joey_log_every(101) == 1
+
+
+def test_each_mark_takes_the_first_checkpoint_that_reached_it():
+    times = {u: {"train_s": s, "train_wall_s": s + 5} for u, s in
+             ((28, 58.0), (56, 121.0), (84, 179.9), (112, 240.0), (140, 301.0), (168, 362.0))}
+    assert bench_bleu_joey.pick_mark_checkpoints([1, 2, 3, 4, 5], times) == [56, 56, 112, 112, 140]
+    assert bench_bleu_joey.pick_mark_checkpoints([6], times) == [168]
+    with pytest.raises(Seq2SeqError, match="before the 7-minute mark.*6.03 min at update 168"):
+        bench_bleu_joey.pick_mark_checkpoints([5, 7], times)
+    with pytest.raises(Seq2SeqError, match="its last checkpoint: none"):
+        bench_bleu_joey.pick_mark_checkpoints([1], {})
+
+
+# A stand-in for `python -m joeynmt train` (run by PEAK_WRAPPER): it logs a checkpoint
+# every 0.05 s whose timestamp is one more minute of training, up to 400 (20 s), and on
+# Ctrl-C logs that and exits 1 as JoeyNMT would.
+FAKE_JOEY = """\
+import sys, time
+stamp = lambda m: f"2026-12-01 10:{m:02d}:00,000"
+print(stamp(0) + " - INFO - joeynmt.training - EPOCH 1", flush=True)
+try:
+    for m in range(1, 401):
+        time.sleep(0.05)
+        print(f"2026-12-01 {10 + m // 60:02d}:{m % 60:02d}:00,000 - INFO - joeynmt.training - "
+              f"Epoch 1, Step: {10 * m}, Batch Loss: 5.0, Tokens per Sec: 1000, Lr: 0.001", flush=True)
+        print(f"2026-12-01 {10 + m // 60:02d}:{m % 60:02d}:00,000 - INFO - joeynmt.training - "
+              f"Checkpoint saved in /w/{10 * m}.ckpt.", flush=True)
+except KeyboardInterrupt:
+    print("INTERRUPTED", flush=True)
+    sys.exit(1)
+"""
+
+
+def test_joey_training_is_stopped_once_a_checkpoint_passes_the_last_mark(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_joey, "JOEY_PYTHON", Path(sys.executable))
+    monkeypatch.setattr(bench_joey, "PEAK_WRAPPER", FAKE_JOEY)
+    cfg = {"name": "fake", "training": {"updates": 4000}}
+    res = bench_bleu_joey.train_until(cfg, tmp_path, bench_bleu_joey.passed(3), timeout=60, poll_s=0.1)
+    text = Path(res["log"]).read_text()
+    assert res["stopped"] and "INTERRUPTED" in text  # stopped by Ctrl-C, not run to its end
+    times = bench_bleu_joey.joey_mark_times(text)
+    assert max(t["train_s"] for t in times.values()) >= 180  # the last mark was reached
+    assert max(times) < 4000  # and it stopped long before its update cap
+    assert bench_bleu_joey.pick_mark_checkpoints([1, 2, 3], times) == [10, 20, 30]
+    assert res["tgt_tok_per_s"] == 1000
+
+
+def test_joey_training_that_ends_early_keeps_its_own_exit_status(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_joey, "JOEY_PYTHON", Path(sys.executable))
+    monkeypatch.setattr(bench_joey, "PEAK_WRAPPER", "import sys; print('boom'); sys.exit(3)")
+    with pytest.raises(Seq2SeqError, match=r"(?s)joeynmt train failed \(exit 3\).*boom"):
+        bench_bleu_joey.train_until({"name": "bad", "training": {}}, tmp_path,
+                                    bench_bleu_joey.passed(1), timeout=60, poll_s=0.1)
 
 
 JOEY_LOG = """\
@@ -223,6 +269,10 @@ def test_minutes_marks_end_to_end_on_the_tiny_corpus(tiny_corpus, tmp_path):
         assert all(m["sentences"] == 8 and m["beam5_sent_per_s"] > 0 for m in marks)
         assert marks[-1]["full_test"]["sentences"] == et["test_split_sentences"] == 40
     assert arm["joey"]["mark_updates"] == [m["steps"] for m in arm["joey"]["marks"]]
+    # JoeyNMT was stopped by the clock, each mark at a checkpoint that had trained that long
+    assert arm["joey"]["train"]["stopped"]
+    assert all(m["train_s"] >= 60 * m["minutes"] for m in arm["joey"]["marks"])
+    assert arm["joey"]["marks"][-1]["steps"] < arm["joey"]["update_cap"]
     assert arm["ratio_beam5_sent_per_s"] > 0 and arm["ratio_beam5_sent_per_s_full_test"] > 0
     png = plot_bleu_minutes.main(["--json", str(out), "--out", str(tmp_path / "p.png")])
     assert png.read_bytes().startswith(PNG_MAGIC)
