@@ -3,7 +3,10 @@
     PYTHONPATH=. .venv/bin/python scripts/plot_bleu_minutes.py \\
         --json runs/benchmark/minutes.json --out docs/bleu_per_minute.png
 
-One line per toolkit and attention arm, a point per mark (`--mark-minutes`). The x axis is
+One line per toolkit and attention arm, a point per mark (`--mark-minutes`); `--json`
+may be given once per run (say one arm each), and runs are drawn together only when they
+come from the same CPU, decoded the same number of test sentences and hold different arms.
+The x axis is
 the training time each toolkit had actually used at the mark (``train_wall_s``: ours the
 training loop's wall time that train.max_minutes bounds, JoeyNMT's from its log, both with
 their dev validations), or with `--x nominal` the mark's nominal minutes. The title
@@ -35,6 +38,30 @@ def load_results(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {err.strerror}") from None
     except ValueError as err:
         raise ConfigError(f"{path} is not JSON ({err})") from None
+
+
+def merge_results(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Several runs' results as one: their arms side by side. ConfigError when they were
+    measured on different CPUs (figures from different machines are never mixed), on
+    different numbers of test sentences, or hold the same arm twice."""
+    (first_src, first), *rest = runs
+    merged = {**first, "equal_time": {**(first.get("equal_time") or {}),
+                                      "arms": dict((first.get("equal_time") or {}).get("arms") or {})}}
+    arms = merged["equal_time"]["arms"]
+    owner = dict.fromkeys(arms, first_src)
+    for src, res in rest:
+        if res.get("cpu") != first.get("cpu"):
+            raise ConfigError(f"{src} was measured on another CPU than {first_src} "
+                              f"({res.get('cpu')} against {first.get('cpu')}): plot them apart")
+        et = res.get("equal_time") or {}
+        if et.get("test_sentences") != merged["equal_time"].get("test_sentences"):
+            raise ConfigError(f"{src} read BLEU on {et.get('test_sentences')} test sentences, "
+                              f"{first_src} on {merged['equal_time'].get('test_sentences')}: plot them apart")
+        for arm, entry in (et.get("arms") or {}).items():
+            if arm in arms:
+                raise ConfigError(f"arm {arm!r} is in both {owner[arm]} and {src}: give one of them")
+            arms[arm], owner[arm] = entry, src
+    return merged
 
 
 def series(results: dict[str, Any], x: str = "wall") -> list[tuple[str, str, list[float], list[float]]]:
@@ -92,13 +119,15 @@ def plot(results: dict[str, Any], out: str | Path, x: str = "wall", source: str 
 
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", required=True, help="results of scripts/benchmark.py --minutes M --json FILE")
+    p.add_argument("--json", required=True, action="append",
+                   help="results of scripts/benchmark.py --minutes M --json FILE (repeatable)")
     p.add_argument("--out", default="docs/bleu_per_minute.png", help="the image to write")
     p.add_argument("--x", choices=("wall", "nominal"), default="wall",
                    help="x axis: training time used at each mark (wall) or the mark's minutes")
     args = p.parse_args(argv)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    out = plot(load_results(args.json), args.out, args.x, source=args.json)
+    results = merge_results([(path, load_results(path)) for path in args.json])
+    out = plot(results, args.out, args.x, source=", ".join(args.json))
     print(f"wrote {out}")
     return out
 

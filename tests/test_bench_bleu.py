@@ -205,6 +205,41 @@ def test_plot_writes_a_png(tmp_path):
     assert "Test CPU @ 2.0GHz, 2 threads" in plot_bleu_minutes.cpu_title(json.loads(res.read_text()))
 
 
+def one_arm(results: dict, arm: str) -> dict:
+    return {**results, "equal_time": {**results["equal_time"],
+                                      "arms": {arm: results["equal_time"]["arms"][arm]}}}
+
+
+def test_plot_draws_runs_of_different_arms_together(tmp_path):
+    results, _ = fake_results(tmp_path)
+    a, b = tmp_path / "bahdanau.json", tmp_path / "luong.json"
+    a.write_text(json.dumps(one_arm(results, "bahdanau")))
+    b.write_text(json.dumps(one_arm(results, "luong")))
+    png = plot_bleu_minutes.main(["--json", str(a), "--json", str(b), "--out", str(tmp_path / "both.png")])
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    merged = plot_bleu_minutes.merge_results([(str(a), json.loads(a.read_text())),
+                                              (str(b), json.loads(b.read_text()))])
+    assert {(t, arm) for t, arm, *_ in plot_bleu_minutes.series(merged)} == {
+        (t, arm) for t in ("ours", "joey") for arm in ("bahdanau", "luong")}
+    assert merged["equal_time"]["arms"]["luong"] == results["equal_time"]["arms"]["luong"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: r.update(cpu={"model": "Other CPU", "cores": 2, "flags": []}), "another CPU"),
+    (lambda r: r["equal_time"].update(test_sentences=300), "300 test sentences"),
+    (lambda r: None, "arm 'luong' is in both")])
+def test_plot_refuses_runs_that_do_not_belong_together(tmp_path, change, message):
+    results, _ = fake_results(tmp_path)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(results))
+    other = one_arm(json.loads(json.dumps(results)), "luong")
+    change(other)
+    b.write_text(json.dumps(other))
+    with pytest.raises(ConfigError, match=message):
+        plot_bleu_minutes.main(["--json", str(a), "--json", str(b), "--out", str(tmp_path / "x.png")])
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_plot_without_marks_is_a_clear_error(tmp_path):
     res = tmp_path / "speed_only.json"
     res.write_text(json.dumps({"cpu": {"model": "x"}, "ours": {}}))
