@@ -30,6 +30,8 @@ GRANULES = 5
 # the update cap, as a multiple of the updates the measured rate predicts for the last
 # mark: the run is stopped by time long before it unless JoeyNMT speeds up this much
 UPDATE_CAP_FACTOR = 4
+# seconds JoeyNMT gets to end after Ctrl-C before its process group is killed
+STOP_GRACE_S = 60.0
 
 
 def joey_checkpoint_every(every: float, last_mark: float, updates_per_minute: float,
@@ -129,8 +131,10 @@ def ctrl_c_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def stop_group(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
-    """Ctrl-C to the process group (JoeyNMT's checkpoints so far are on disk), then kill."""
+def stop_group(proc: subprocess.Popen, grace_s: float | None = None) -> None:
+    """Ctrl-C to the process group (JoeyNMT's checkpoints so far are on disk), then kill
+    it if it has not ended within ``grace_s`` (default STOP_GRACE_S)."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
     os.killpg(proc.pid, signal.SIGINT)
     try:
         proc.wait(grace_s)

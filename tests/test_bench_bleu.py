@@ -109,6 +109,18 @@ def test_joey_training_is_stopped_once_a_checkpoint_passes_the_last_mark(tmp_pat
     assert res["tgt_tok_per_s"] == 1000
 
 
+def test_joey_training_that_ignores_ctrl_c_is_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_joey, "JOEY_PYTHON", Path(sys.executable))
+    monkeypatch.setattr(bench_joey, "PEAK_WRAPPER",
+                        "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + FAKE_JOEY)
+    monkeypatch.setattr(bench_bleu_joey, "STOP_GRACE_S", 0.5)
+    res = bench_bleu_joey.train_until({"name": "deaf", "training": {"updates": 4000}}, tmp_path,
+                                      bench_bleu_joey.passed(2), timeout=60, poll_s=0.1)
+    text = Path(res["log"]).read_text()
+    assert res["stopped"] and "INTERRUPTED" not in text  # it never saw Ctrl-C, it was killed
+    assert max(bench_bleu_joey.joey_mark_times(text)) < 4000  # long before its own end
+
+
 def test_joey_training_that_ends_early_keeps_its_own_exit_status(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_joey, "JOEY_PYTHON", Path(sys.executable))
     monkeypatch.setattr(bench_joey, "PEAK_WRAPPER", "import sys; print('boom'); sys.exit(3)")
