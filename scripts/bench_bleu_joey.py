@@ -150,12 +150,12 @@ def train_until(cfg: dict[str, Any], work: Path, done: Callable[[str], bool], ti
     itself first is fine too. ``stopped`` in the result says which."""
     config = bench_joey.write_config(cfg, work / f"{cfg['name']}.yaml")
     log = work / f"{cfg['name']}.train.log"
-    cmd = [str(bench_joey.JOEY_PYTHON), "-c", bench_joey.PEAK_WRAPPER, "train", str(config), "--skip-test"]
+    args = ["train", str(config), "--skip-test"]
     start = time.perf_counter()
     stopped = False
     with log.open("w", encoding="utf-8") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=bench_joey.ROOT,
-                                env={**os.environ, "BENCH_FLUSH_DENORMALS": "0"},
+        proc = subprocess.Popen(bench_joey.joey_command(args), stdout=out, stderr=subprocess.STDOUT,
+                                cwd=bench_joey.ROOT, env=bench_joey.joey_env(),
                                 start_new_session=True, preexec_fn=ctrl_c_default)
         try:
             while proc.poll() is None:
@@ -173,8 +173,7 @@ def train_until(cfg: dict[str, Any], work: Path, done: Callable[[str], bool], ti
     wall = time.perf_counter() - start
     text = log.read_text(encoding="utf-8", errors="replace")
     if proc.returncode != 0 and not stopped:
-        raise Seq2SeqError(f"joeynmt train failed (exit {proc.returncode}); see {log}:\n"
-                           + "\n".join(text.splitlines()[-15:]))
+        raise bench_joey.joey_failed(args, proc.returncode, log, text)
     return {**bench_joey.train_result(cfg, text, wall, config, log), "stopped": stopped}
 
 

@@ -181,16 +181,29 @@ def run_joey(args: list[str], log_path: Path, timeout: float, flush_denormals: b
     """``.venv-joey/bin/python -m joeynmt ARGS``; its whole output goes to ``log_path``.
     flush_denormals: with flush-to-zero in every thread (not JoeyNMT's default)."""
     start = time.perf_counter()
-    env = {**os.environ, "BENCH_FLUSH_DENORMALS": "1" if flush_denormals else "0"}
-    proc = subprocess.run([str(JOEY_PYTHON), "-c", PEAK_WRAPPER, *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    proc = subprocess.run(joey_command(args), capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=joey_env(flush_denormals))
     wall = time.perf_counter() - start
     text = proc.stdout + proc.stderr
     log_path.write_text(text, encoding="utf-8")
     if proc.returncode != 0:
-        raise Seq2SeqError(f"joeynmt {args[0]} failed (exit {proc.returncode}); see {log_path}:\n"
-                           + "\n".join(text.splitlines()[-15:]))
+        raise joey_failed(args, proc.returncode, log_path, text)
     return text, wall
+
+
+def joey_command(args: list[str]) -> list[str]:
+    """``python -m joeynmt ARGS`` in `.venv-joey`, through PEAK_WRAPPER."""
+    return [str(JOEY_PYTHON), "-c", PEAK_WRAPPER, *args]
+
+
+def joey_env(flush_denormals: bool = False) -> dict[str, str]:
+    return {**os.environ, "BENCH_FLUSH_DENORMALS": "1" if flush_denormals else "0"}
+
+
+def joey_failed(args: list[str], returncode: int, log_path: Path, text: str) -> Seq2SeqError:
+    """The error for a JoeyNMT command that failed: its exit status and its output's tail."""
+    return Seq2SeqError(f"joeynmt {args[0]} failed (exit {returncode}); see {log_path}:\n"
+                        + "\n".join(text.splitlines()[-15:]))
 
 
 def peak_rss_mib(text: str) -> float:

@@ -45,18 +45,18 @@ def merge_results(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     measured on different CPUs (figures from different machines are never mixed), on
     different numbers of test sentences, or hold the same arm twice."""
     (first_src, first), *rest = runs
-    merged = {**first, "equal_time": {**(first.get("equal_time") or {}),
-                                      "arms": dict((first.get("equal_time") or {}).get("arms") or {})}}
-    arms = merged["equal_time"]["arms"]
+    first_et = first.get("equal_time") or {}
+    arms = dict(first_et.get("arms") or {})
+    merged = {**first, "equal_time": {**first_et, "arms": arms}}
     owner = dict.fromkeys(arms, first_src)
     for src, res in rest:
         if res.get("cpu") != first.get("cpu"):
             raise ConfigError(f"{src} was measured on another CPU than {first_src} "
                               f"({res.get('cpu')} against {first.get('cpu')}): plot them apart")
         et = res.get("equal_time") or {}
-        if et.get("test_sentences") != merged["equal_time"].get("test_sentences"):
+        if et.get("test_sentences") != first_et.get("test_sentences"):
             raise ConfigError(f"{src} read BLEU on {et.get('test_sentences')} test sentences, "
-                              f"{first_src} on {merged['equal_time'].get('test_sentences')}: plot them apart")
+                              f"{first_src} on {first_et.get('test_sentences')}: plot them apart")
         for arm, entry in (et.get("arms") or {}).items():
             if arm in arms:
                 raise ConfigError(f"arm {arm!r} is in both {owner[arm]} and {src}: give one of them")
