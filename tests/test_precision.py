@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,27 @@ CPU = torch.device("cpu")
 
 
 def _step(fp32_s: float, bf16_s: float, calls: list[bool]):
-    """A fake training pass that takes the given time in each precision and draws randoms."""
+    """A fake training pass that draws randoms and reports the given time in each
+    precision to the clock below (``step.seconds``): no sleeping, so the probe's medians
+    are exact on a loaded machine too."""
     def step() -> None:
         bf16 = torch.is_autocast_enabled("cpu")
         calls.append(bf16)
         torch.rand(3)
-        time.sleep(bf16_s if bf16 else fp32_s)
+        step.seconds = bf16_s if bf16 else fp32_s
     return step
 
 
-def test_fp32_and_unsupported_bf16_never_probe(monkeypatch) -> None:
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """precision.timed returns the time the fake pass reports."""
+    def timed(step, device) -> float:
+        step()
+        return step.seconds
+    monkeypatch.setattr(precision, "timed", timed)
+
+
+def test_fp32_and_unsupported_bf16_never_probe(monkeypatch, fake_clock) -> None:
     calls: list[bool] = []
     assert precision.choose("fp32", CPU, _step(0, 0, calls)).bf16 is False
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
@@ -35,7 +45,7 @@ def test_fp32_and_unsupported_bf16_never_probe(monkeypatch) -> None:
     assert "ignored" in forced.reason and calls == []
 
 
-def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch) -> None:
+def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch, fake_clock) -> None:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     calls: list[bool] = []
     fast = precision.choose("auto", CPU, _step(0.02, 0.005, calls))
@@ -46,7 +56,7 @@ def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch) -> None:
     assert precision.choose("bf16", CPU, _step(0.01, 0.02, [])).bf16  # asked for: kept
 
 
-def test_probe_restores_the_random_state(monkeypatch) -> None:
+def test_probe_restores_the_random_state(monkeypatch, fake_clock) -> None:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     torch.manual_seed(5)
     expected = torch.rand(4)
