@@ -1,10 +1,9 @@
 """Which precision training and decoding run in (``train.precision``, ``precision`` of
 `seq2seq-translate`): auto | fp32 | bf16, chosen by measuring.
 
-bf16 autocast runs the big matmuls (the encoder, fused RNN calls, the readout, the output
+bf16 autocast runs the matmuls (RNN input and gate projections, attention, the output
 layer and loss GEMMs) in bf16 with fp32 accumulation; parameters, gradients, the
-optimizer and the softmax/loss stay fp32. On CPU a teacher-forced step loop runs in fp32
-(its per-step matmuls have at most a batch of rows; see seq2seq/model/decoder.py). Whether that is faster depends on the machine
+optimizer and the softmax/loss stay fp32. Whether that is faster depends on the machine
 far more than on its feature flags: a CPU with native bf16 matmuls can still lose the
 gain in casts and small per-step matmuls, and one without them emulates bf16 far slower
 than fp32 (docs/performance.md#bf16-autocast-trainprecisionauto). So ``auto`` times a

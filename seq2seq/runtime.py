@@ -156,10 +156,9 @@ def bf16_supported(device: torch.device) -> bool:
 def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
     """bf16 autocast on ``device`` when ``enabled`` (and supported); a no-op otherwise.
 
-    Parameters, gradients and the optimizer stay fp32; matmuls (the encoder, the output
-    layer; on a GPU also the decoder's per-step gates and attention) run in bf16, which on
-    CPUs with native bf16 usually makes a training step faster
-    (docs/performance.md#bf16-autocast-trainprecisionauto).
+    Parameters, gradients and the optimizer stay fp32; matmuls (the RNN gates, attention,
+    the output layer) run in bf16, which on CPUs with native bf16 (AMX) usually makes a
+    training step faster (docs/performance.md#bf16-autocast-trainprecisionauto).
     """
     if enabled and bf16_supported(device):
         return torch.autocast(device.type, dtype=torch.bfloat16)

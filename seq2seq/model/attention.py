@@ -74,14 +74,6 @@ class AttentionMemory:
             group=self.group,
         )
 
-    def float(self) -> AttentionMemory:
-        """Every tensor field in fp32 (a step loop that runs outside autocast reads this)."""
-        def wide(t: Tensor | None) -> Tensor | None:
-            return t if t is None or t.dtype == torch.float32 else t.float()
-
-        return replace(self, values=wide(self.values), mask_bias=wide(self.mask_bias),
-                       keys=wide(self.keys), context=wide(self.context))
-
     def head(self, rows: int) -> AttentionMemory:
         """The first ``rows`` rows (views), deferred gradients kept: a step loop whose
         finished sentences (sorted last) drop out uses this."""

@@ -18,8 +18,7 @@ input feeding, and a query-free attention or a query taken after the RNN) the RN
 runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul. In the
 step loop, the gradients of the encoder states (and Luong's keys) are summed once after
 the loop (``Attention.loop_memory``, seq2seq/model/deferred.py), and in training each step
-runs only the sentences whose target has not ended (``_packed_loop``). Under CPU autocast
-the step loop runs in fp32 and only the GEMMs around it in bf16. Training calls ``loss``:
+runs only the sentences whose target has not ended (``_packed_loop``). Training calls ``loss``:
 the output layer and the cross-entropy fused in chunks over real tokens only
 (seq2seq/model/loss.py), never an (N, V) logits tensor.
 """
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -309,34 +307,25 @@ class Decoder(nn.Module):
         (N, S) with N = sum(active).
         """
         states, contexts, weights, embs = [], [], [], []
-        low = _cpu_autocast_dtype(emb.device)
-        if low is not None:
-            # each step's matmuls have at most B rows: on CPU their bf16 kernels and casts
-            # cost more than fp32 ones, so only the big GEMMs around the loop (encoder,
-            # readout, output layer) stay in bf16 (docs/performance.md#bf16-autocast-trainprecisionauto)
-            emb, state, memory = emb.float(), state._map(Tensor.float), memory.float()
         memory = self.attention.loop_memory(memory, emb.size(1))
         rows, step_memory = emb.size(0), memory
-        with torch.autocast("cpu", enabled=False) if low is not None else nullcontext():
-            # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
-            for i, emb_i in enumerate(emb.unbind(1)):
-                if active is not None and active[i] < rows:
-                    rows = active[i]
-                    state, step_memory = state.head(rows), memory.head(rows)
-                emb_i = emb_i[:rows]
-                s, context, w, state = self._advance(emb_i, state, step_memory)
-                states.append(state.feed if state.feed is not None else s)
-                contexts.append(context)
-                weights.append(w)
-                embs.append(emb_i)
+        # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
+        for i, emb_i in enumerate(emb.unbind(1)):
+            if active is not None and active[i] < rows:
+                rows = active[i]
+                state, step_memory = state.head(rows), memory.head(rows)
+            emb_i = emb_i[:rows]
+            s, context, w, state = self._advance(emb_i, state, step_memory)
+            states.append(state.feed if state.feed is not None else s)
+            contexts.append(context)
+            weights.append(w)
+            embs.append(emb_i)
 
         def join(parts: list[Tensor]) -> Tensor:
             return torch.cat(parts) if active is not None else torch.stack(parts, dim=1)
 
         if self.attention.feeds_input:  # the readout already ran inside the loop
             t = join(states)
-            if low is not None:  # the output layer's GEMMs read it in bf16
-                t = t.to(low)
         else:  # the readout of all steps at once
             t = self._readout(join(states), emb if active is None else join(embs), join(contexts))
         return t, join(weights)
@@ -370,10 +359,3 @@ class Decoder(nn.Module):
             logits.append(step_logits)
             weights.append(w)
         return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
-
-
-def _cpu_autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The low-precision dtype when CPU autocast is on for ``device``, else None."""
-    if device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        return torch.get_autocast_dtype("cpu")
-    return None
