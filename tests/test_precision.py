@@ -35,7 +35,7 @@ def fake_clock(monkeypatch):
     monkeypatch.setattr(precision, "timed", timed)
 
 
-def test_fp32_and_unsupported_bf16_never_probe(monkeypatch, fake_clock) -> None:
+def test_fp32_and_unsupported_bf16_never_probe(monkeypatch) -> None:
     calls: list[bool] = []
     assert precision.choose("fp32", CPU, _step(0, 0, calls)).bf16 is False
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
