@@ -109,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     runs = {(a, p): out / f"{a}_{p}" for a in arms for p in PRECISIONS}
     cmds = {key: train_command(key[0], key[1], args.steps, args.seed, threads, d, args.extra)
             for key, d in runs.items()}
+    logs = {key: d.with_name(d.name + ".log") for key, d in runs.items()}
     todo = [key for key, d in runs.items() if dev_loss_at(d / "metrics.csv", args.steps) is None]
     for key in todo:
         print(f"training {key[0]} {key[1]}: {' '.join(cmds[key])}", flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        codes = dict(zip(todo, pool.map(lambda k: _run(cmds[k], out / f"{k[0]}_{k[1]}.log"), todo),
-                         strict=True))
+        codes = dict(zip(todo, pool.map(lambda k: _run(cmds[k], logs[k]), todo), strict=True))
     failed = [k for k, c in codes.items() if c != 0]
     if failed:
-        names = ", ".join(f"{a} {p} (log {out / f'{a}_{p}.log'})" for a, p in failed)
+        names = ", ".join(f"{a} {p} (log {logs[a, p]})" for a, p in failed)
         print(f"training failed: {names}", file=sys.stderr)
         return 2
     losses = {key: dev_loss_at(d / "metrics.csv", args.steps) for key, d in runs.items()}
