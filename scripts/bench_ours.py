@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import statistics
 import sys
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from seq2seq import gemm  # noqa: E402
 from seq2seq.corpus import (  # noqa: E402
     batching,  # noqa: E402
     corpus_dir,
@@ -207,6 +209,15 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     torch.profiler after the timing, 0 = none), decode_runs ({arm: run
     folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
     torch.set_num_threads(settings["threads"])
+    os.environ[gemm.ENV] = settings.get("fp32_gemm", "auto")  # this child's route, as seq2seq-train's
+    route = gemm.choose(torch.device("cpu"))
+    with gemm.using(route):  # before the precision probe, as in seq2seq-train
+        row = _measure_arm(arm, settings)
+    row["fp32_gemm"], row["fp32_gemm_reason"] = route.name, route.reason
+    return row
+
+
+def _measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
                        settings["precision"] == "bf16", settings["threads"],
                        settings.get("flush_denormals", True))

@@ -48,6 +48,7 @@ import bench_ours
 import bench_peers
 import torch
 
+from seq2seq import gemm
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.runtime import cpu_description
 
@@ -67,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "first batch and keeps bf16 where it is faster, as seq2seq-train does "
                         "(each row records the choice; ratios are of the chosen precision)")
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
+    p.add_argument("--fp32-gemm", default="auto", choices=gemm.ROUTES,
+                   help="our main rows' route for fp32 GEMMs (seq2seq.gemm): auto measures "
+                        "MKL against oneDNN as seq2seq-train does; onednn or default forces one")
+    p.add_argument("--mkl", action="store_true",
+                   help="also time our training with fp32 GEMMs on the default route (MKL; rows "
+                        "'ARM+mkl', training only), in every round")
     p.add_argument("--with-denormals", action="store_true",
                    help="also time our training with train.flush_denormals=false (rows "
                         "'ARM-denormals', training only)")
@@ -157,7 +164,8 @@ def settings_of(args: argparse.Namespace, precision: str, flush_denormals: bool 
             "flush_denormals": flush_denormals,
             "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
             "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
-            "decode": True, "decode_runs": ours_runs(args.ours_run), "profile": args.profile}
+            "decode": True, "decode_runs": ours_runs(args.ours_run), "profile": args.profile,
+            "fp32_gemm": args.fp32_gemm}
 
 
 def run_arm_child(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -176,9 +184,22 @@ def run_arm_child(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
 
 def ceiling(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
-    return {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32),
-            "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16),
-            "n": args.matmul_size, "threads": args.threads}
+    rates = {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32),
+             "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16),
+             "n": args.matmul_size, "threads": args.threads}
+    if gemm.available():  # the fp32 ceiling of rows whose GEMMs went through oneDNN
+        with gemm.using(gemm.Choice(True, "")):
+            rates["fp32_onednn_flops_per_s"] = bench_ours.matmul_rate(args.matmul_size, torch.float32)
+    return rates
+
+
+def ceiling_of(row: dict[str, Any], rates: dict[str, float]) -> float:
+    """The matmul rate of the precision and GEMM route ``row`` trained in."""
+    if row["bf16"]:
+        return rates["bf16_flops_per_s"]
+    if row.get("fp32_gemm") == "onednn" and "fp32_onednn_flops_per_s" in rates:
+        return rates["fp32_onednn_flops_per_s"]
+    return rates["fp32_flops_per_s"]
 
 
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
@@ -188,6 +209,9 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
         out.append(("+fp32", {**settings_of(args, "fp32"), "decode": False, "profile": 0}))
     if args.bf16:
         out.append(("+bf16", settings_of(args, "bf16")))
+    if args.mkl:
+        out.append(("+mkl", {**settings_of(args, "fp32"), "fp32_gemm": "default", "decode": False,
+                             "profile": 0}))
     if args.with_denormals:
         out.append(("-denormals", {**settings_of(args, "fp32", flush_denormals=False),
                                    "decode": False, "profile": 0}))
@@ -199,7 +223,7 @@ def measure_ours(args: argparse.Namespace, rates: dict[str, float]) -> dict[str,
     for suffix, settings in variants(args):
         for arm in args.arms.split(","):
             row = run_arm_child(arm, settings)
-            rate = rates["bf16_flops_per_s" if row["bf16"] else "fp32_flops_per_s"]
+            rate = ceiling_of(row, rates)
             row["achieved_flops_per_s"] = row["flops_per_tgt_token"] * row["train"]["tgt_tok_per_s"]
             row["fraction_of_matmul"] = row["achieved_flops_per_s"] / rate
             rows[arm + suffix] = row
@@ -213,12 +237,19 @@ def print_row(name: str, row: dict[str, Any]) -> None:
            if "greedy" in row else f"{'-':>8s} {'-':>8s}")
     print(f"ours  {name:14s} {t['tgt_tok_per_s']:9.0f} {t['src_tok_per_s']:9.0f} {dec} "
           f"{row['peak_rss_mib']:8.0f} {row['flops_per_tgt_token'] / 1e6:9.1f} "
-          f"{100 * row['fraction_of_matmul']:6.1f}% {'bf16' if row['bf16'] else 'fp32':>5s}",
+          f"{100 * row['fraction_of_matmul']:6.1f}% {precision_label(row):>9s}",
           flush=True)
 
 
 HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':>8s} "
-          f"{'beam5/s':>8s} {'peak MiB':>8s} {'MFLOP/tok':>9s} {'of mm':>7s} {'prec':>5s}")
+          f"{'beam5/s':>8s} {'peak MiB':>8s} {'MFLOP/tok':>9s} {'of mm':>7s} {'prec':>9s}")
+
+
+def precision_label(row: dict[str, Any]) -> str:
+    """bf16, fp32 (MKL GEMMs) or fp32+dnn (fp32 GEMMs through oneDNN)."""
+    if row["bf16"]:
+        return "bf16"
+    return "fp32+dnn" if row.get("fp32_gemm") == "onednn" else "fp32"
 
 
 def _timed_series(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -278,7 +309,7 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
     results["round_ratios"].update({  # our other precisions against the same JoeyNMT rounds
         arm + suffix: [o / j for o, j in zip(ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"],
                                              joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey for suffix in ("+fp32", "+bf16") if arm + suffix in ours})
+        for arm in joey for suffix in ("+fp32", "+bf16", "+mkl") if arm + suffix in ours})
     if onmt:
         results["onmt"]["round_ratios"] = {
             arm: [o / t for o, t in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
@@ -294,7 +325,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"args": vars(args), "torch": torch.__version__,
                                "cpu": cpu_description(), "load_average": os.getloadavg()}
     results["matmul"] = rates = ceiling(args)
-    print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s, "
+    print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
+          + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
+             if "fp32_onednn_flops_per_s" in rates else "") + ", "
           f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s ({args.threads} threads)")
     print(HEADER)
     results["ours"] = measure_ours(args, rates)

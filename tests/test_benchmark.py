@@ -61,10 +61,39 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
     row = res["ours"]["bahdanau"]
     assert row["precision"].startswith("bf16" if row["bf16"] else "fp32")
     assert "auto" in row["precision"] or "no native bf16" in row["precision"]
-    rate = res["matmul"]["bf16_flops_per_s" if row["bf16"] else "fp32_flops_per_s"]
-    assert row["fraction_of_matmul"] == pytest.approx(row["achieved_flops_per_s"] / rate)
+    assert row["fraction_of_matmul"] == pytest.approx(
+        row["achieved_flops_per_s"] / benchmark.ceiling_of(row, res["matmul"]))
     fp32 = res["ours"]["bahdanau+fp32"]  # the same run's fp32 speed, training only
     assert fp32["bf16"] is False and fp32["train"]["tgt_tok_per_s"] > 0 and "greedy" not in fp32
+
+
+def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):
+    """--fp32-gemm onednn --mkl: the main rows' fp32 GEMMs went through oneDNN and the +mkl
+    rows' through MKL, each row's fraction against its own route's matmul rate."""
+    from seq2seq import gemm
+
+    out = tmp_path / "bench.json"
+    data = [arg for o in tiny_corpus for arg in ("--data", o)]
+    benchmark.main(["--quick", "--no-joey", "--arms", "luong", "--batch-tokens", "200",
+                    "--matmul-size", "256", "--fp32-gemm", "onednn", "--mkl", "--work",
+                    str(tmp_path), "--json", str(out), *data])
+    res = json.loads(out.read_text())
+    main, mkl = res["ours"]["luong"], res["ours"]["luong+mkl"]
+    assert main["fp32_gemm"] == ("onednn" if gemm.available() else "default")
+    assert mkl["fp32_gemm"] == "default" and "greedy" not in mkl
+    assert mkl["fraction_of_matmul"] == pytest.approx(
+        mkl["achieved_flops_per_s"] / res["matmul"]["fp32_flops_per_s"])
+    if gemm.available():
+        assert main["fraction_of_matmul"] == pytest.approx(
+            main["achieved_flops_per_s"] / res["matmul"]["fp32_onednn_flops_per_s"])
+
+
+def test_ceiling_of_follows_precision_and_route():
+    rates = {"fp32_flops_per_s": 1.0, "bf16_flops_per_s": 2.0, "fp32_onednn_flops_per_s": 3.0}
+    assert benchmark.ceiling_of({"bf16": True, "fp32_gemm": "onednn"}, rates) == 2.0
+    assert benchmark.ceiling_of({"bf16": False, "fp32_gemm": "onednn"}, rates) == 3.0
+    assert benchmark.ceiling_of({"bf16": False, "fp32_gemm": "default"}, rates) == 1.0
+    assert benchmark.ceiling_of({"bf16": False}, {"fp32_flops_per_s": 1.0, "bf16_flops_per_s": 2.0}) == 1.0
 
 
 def test_joey_batches_count_padding():

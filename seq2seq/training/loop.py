@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import precision, runtime
+from seq2seq import gemm, precision, runtime
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runs.checkpoint import (
@@ -56,6 +56,15 @@ def choose_precision(run: Run) -> None:
                                                           training_pass(run, batch)))
     run.bf16, p.precision = choice.bf16, "bf16" if choice.bf16 else "fp32"
     run.log.info("precision: %s", choice.reason)
+
+
+def choose_gemm(run: Run) -> gemm.Choice:
+    """The route of fp32 GEMMs (MKL or oneDNN, :mod:`seq2seq.gemm`), measured again on
+    every start: it changes speed, not results, so a resumed run need not keep it."""
+    choice = distributed.on_main(lambda: gemm.choose(run.device))
+    run.progress.fp32_gemm = choice.name
+    run.log.info("fp32 GEMMs: %s", choice.reason)
+    return choice
 
 
 def training_pass(run: Run, batch: batching.Batch) -> Callable[[], None]:
@@ -279,6 +288,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "dropped_pairs": run.data.dropped,
         "attention": run.cfg.model.attention.name,
         "precision": p.precision,
+        "fp32_gemm": p.fp32_gemm,
         **distributed.batch_record(run.cfg.train.batch_tokens),
     }
 
@@ -287,9 +297,10 @@ def train_main(cfg: DictConfig) -> Path:
     """`seq2seq-train`: train one model into ``cfg.run_dir`` and return that folder."""
     run = setup(cfg)
     try:
-        choose_precision(run)
-        run.net = distributed.prepare(run)
-        p = run_training(run)
+        with gemm.using(choose_gemm(run)):  # before the precision probe: it times fp32 passes
+            choose_precision(run)
+            run.net = distributed.prepare(run)
+            p = run_training(run)
         if run.stop.received:
             raise preempt.Preempted(
                 f"{run.stop.name} at step {p.step}: checkpoint saved in {run.log.dir / LAST}; continue "
