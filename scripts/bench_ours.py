@@ -36,6 +36,7 @@ from seq2seq.corpus import (  # noqa: E402
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters  # noqa: E402
+from seq2seq.model.loss import CHUNK_ROWS  # noqa: E402
 from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.training.loop import Run, train_step  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
@@ -210,14 +211,6 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
     torch.set_num_threads(settings["threads"])
     os.environ[gemm.ENV] = settings.get("fp32_gemm", "auto")  # this child's route, as seq2seq-train's
-    route = gemm.choose(torch.device("cpu"))
-    with gemm.using(route):  # before the precision probe, as in seq2seq-train
-        row = _measure_arm(arm, settings)
-    row["fp32_gemm"], row["fp32_gemm_reason"] = route.name, route.reason
-    return row
-
-
-def _measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
                        settings["precision"] == "bf16", settings["threads"],
                        settings.get("flush_denormals", True))
@@ -225,7 +218,17 @@ def _measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
     run = make_run(cfg, bench)
-    d = bench.data
+    route = gemm.choose(run.device, gemm.loss_shapes(CHUNK_ROWS, *run.model.decoder.output_size))
+    with gemm.using(route):  # before the precision probe, as in seq2seq-train
+        row = _measure(run, bench, arm, settings)
+    row["denormals_flushed"] = flushed
+    row["fp32_gemm"], row["fp32_gemm_reason"] = route.name, route.reason
+    return row
+
+
+def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """measure_arm's timings, FLOPs, profile and decoding of ``run``."""
+    cfg, d = run.cfg, bench.data
     need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
     batches = [batching.collate(d.train, i) for i in idx[:need]]
@@ -234,7 +237,6 @@ def _measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
         run.bf16, reason = resolve_auto(run, batches[0])
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
     row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "precision": reason,
-                           "denormals_flushed": flushed,
                            "params": count_parameters(run.model),
                            "batch": batch_stats(batches)}
     row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],

@@ -1,32 +1,38 @@
-"""Which library runs fp32 matrix products on the CPU, chosen by measuring.
+"""Which library runs the fused loss's fp32 matrix products on the CPU, chosen by measuring.
 
-PyTorch's CPU build sends fp32 ``mm``/``addmm``/``bmm`` (every ``nn.Linear``, the
-attention scores, the output layer and the loss GEMMs, and their backward passes) to
-MKL. Setting ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` sends them to
-oneDNN instead, which *may* compute them with bf16 inputs. Whether it does depends on
-the CPU: where oneDNN has no bf16 kernel for the shape it keeps fp32 arithmetic, and on
-some CPUs its fp32 kernels are much faster than MKL's (MKL picks slower code paths on
-CPUs it does not recognise; docs/performance.md#fp32-gemms-through-onednn).
+PyTorch's CPU build sends fp32 ``mm``/``addmm`` to MKL. With
+``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` it sends them to oneDNN instead,
+which *may* compute them with bf16 inputs. Whether it does depends on the CPU: where
+oneDNN has no bf16 kernel for the shape it keeps fp32 arithmetic, and on some CPUs its
+fp32 kernels are far faster than MKL's (MKL takes slower code paths on CPUs it does not
+recognise; docs/performance.md#fp32-gemms-through-onednn).
 
-So nothing is assumed from the CPU's name or flags. :func:`choose` multiplies a few
-matrices of the model's shapes both ways, alternately, and keeps oneDNN only when
+oneDNN builds a kernel for each shape (and strides) it meets and caches it: a few ms
+and about 0.65 MB each. A training step meets ~100 shapes it has never seen (rows =
+batch x length, per-step batch sizes, attention over each batch's source length), so
+routing *every* product through oneDNN builds kernels all the time, and either evicts
+them (default cache: 1,024) or grows by GBs (a larger cache). The products whose shapes
+recur are the fused output layer and loss (:mod:`seq2seq.model.loss`): full chunks of
+``CHUNK_ROWS`` rows, three shapes for a whole run, and about 40% of a step. Only
+they go through oneDNN (:func:`recurring`); the rest stays on MKL.
+
+Nothing is assumed from the CPU's name or flags. :func:`choose` multiplies the loss
+chunk's three products both ways, alternately, and keeps oneDNN only when
 
 * its results are as accurate as fp32 (relative error against a float64 product at most
-  :data:`MAX_REL_ERROR`; bf16 inputs give about 1e-3), so training and decoding stay
-  fp32 in every digit that matters, and
+  :data:`MAX_REL_ERROR`; bf16 inputs give about 1e-3), so training stays fp32, and
 * it is clearly faster (:data:`MIN_SPEEDUP`).
 
 The probe draws from its own random generator: the global RNG, and so a seeded run's
 dropout and batch order, is the same whichever route is chosen. ``SEQ2SEQ_FP32_GEMM``
 (``auto``, ``onednn``, ``default``) overrides the choice, for benchmarks and for
-comparing the two routes; it is read here and nowhere else. The setting is
-process-wide, so commands apply it with :func:`using`, which restores what it found.
+comparing the two routes; it is read here and nowhere else. Commands apply a choice with
+:func:`using`, which restores what it found.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import time
 from collections.abc import Iterator
@@ -40,15 +46,13 @@ ENV = "SEQ2SEQ_FP32_GEMM"
 ROUTES = ("auto", "onednn", "default")
 MAX_REL_ERROR = 1e-5  # fp32 products of these sizes err by ~3e-7; bf16 inputs by ~1e-3
 MIN_SPEEDUP = 1.1  # oneDNN must save at least this factor of GEMM time to be chosen
-# (M, K, N) of the products that dominate a step at the benchmark's sizes: the output
-# layer of a batch slice (rows x hidden x vocab) and a gate projection (rows x 3*hidden).
-PROBE_SHAPES = ((256, 256, 8000), (96, 768, 768))
-PROBE_ROUNDS = 5  # timed products per route and shape, after warm-up
+PROBE_ROUNDS = 5  # timed products per route and shape, after one warm-up each
+Shape = tuple[int, int, int]  # (M, K, N) of an (M, K) @ (K, N) product
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The route fp32 GEMMs take (``onednn`` or ``default``) and why."""
+    """The route of the loss chunks' fp32 GEMMs (``onednn`` or ``default``) and why."""
 
     onednn: bool
     reason: str
@@ -59,27 +63,50 @@ class Choice:
 
 
 DEFAULT = Choice(False, "default (MKL)")
+_active = DEFAULT  # what recurring() follows; set by using()
 
 
 def available() -> bool:
     """Whether this torch can route fp32 GEMMs through oneDNN."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.backends.mkldnn, "matmul") \
-        and hasattr(torch.backends.mkldnn.matmul, "fp32_precision")
+    matmul = getattr(torch.backends.mkldnn, "matmul", None)
+    return torch.backends.mkldnn.is_available() and hasattr(matmul, "fp32_precision")
+
+
+def loss_shapes(rows: int, features: int, vocab: int) -> tuple[Shape, ...]:
+    """The fused loss's products on a full chunk: logits x W^T, grad_logits x W, and
+    grad_logits^T x x (seq2seq.model.loss._chunked)."""
+    return (rows, features, vocab), (rows, vocab, features), (vocab, rows, features)
 
 
 @contextlib.contextmanager
-def using(choice: Choice) -> Iterator[None]:
-    """fp32 GEMMs take ``choice``'s route inside the block; the previous setting after it."""
-    if not available():
-        yield
-        return
+def _flag(onednn: bool) -> Iterator[None]:
     flags = torch.backends.mkldnn.matmul
     before = flags.fp32_precision
-    flags.fp32_precision = "bf16" if choice.onednn else "none"
+    flags.fp32_precision = "bf16" if onednn else "none"
     try:
         yield
     finally:
         flags.fp32_precision = before
+
+
+@contextlib.contextmanager
+def using(choice: Choice) -> Iterator[None]:
+    """Products under :func:`recurring` take ``choice``'s route inside the block."""
+    global _active
+    before, _active = _active, choice
+    try:
+        yield
+    finally:
+        _active = before
+
+
+def recurring() -> contextlib.AbstractContextManager:
+    """Wrap fp32 products whose shapes recur all run long: they go through oneDNN when
+    the active choice says so (each new shape costs oneDNN a kernel build and a cache
+    entry, so nothing else should)."""
+    if _active.onednn and available():
+        return _flag(True)
+    return contextlib.nullcontext()
 
 
 def _product_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -93,25 +120,21 @@ def _seconds(a: torch.Tensor, b: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def measure(shapes: tuple[tuple[int, int, int], ...] = PROBE_SHAPES,
-            rounds: int = PROBE_ROUNDS) -> dict[str, dict[str, float]]:
+def measure(shapes: tuple[Shape, ...], rounds: int = PROBE_ROUNDS) -> dict[str, dict[str, float]]:
     """For each route (``default``, ``onednn``): the largest relative error of its
     products against float64 and the summed median seconds over ``shapes``. Timed
     alternately, so a machine that slows down mid-probe slows both routes."""
     gen = torch.Generator().manual_seed(0)  # not the global RNG: seeded runs stay identical
-    mats = [(torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen))
-            for m, k, n in shapes]
-    routes = {"default": Choice(False, ""), "onednn": Choice(True, "")}
-    out = {name: {"rel_error": 0.0, "seconds": 0.0} for name in routes}
-    for a, b in mats:
-        times: dict[str, list[float]] = {name: [] for name in routes}
-        for name, route in routes.items():  # warm-up: oneDNN builds its kernel per shape
-            with using(route):
+    out = {name: {"rel_error": 0.0, "seconds": 0.0} for name in ("default", "onednn")}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+        times: dict[str, list[float]] = {name: [] for name in out}
+        for name in out:  # warm-up: oneDNN builds its kernel for the shape
+            with _flag(name == "onednn"):
                 out[name]["rel_error"] = max(out[name]["rel_error"], _product_error(a, b))
-                _seconds(a, b)
         for _ in range(rounds):
-            for name, route in routes.items():
-                with using(route):
+            for name in out:
+                with _flag(name == "onednn"):
                     times[name].append(_seconds(a, b))
         for name, t in times.items():
             out[name]["seconds"] += sorted(t)[len(t) // 2]
@@ -140,9 +163,9 @@ def forced() -> str:
     return name
 
 
-def choose(device: torch.device) -> Choice:
-    """The route for fp32 GEMMs on ``device`` (measured once per process; a GPU and a
-    torch without oneDNN keep the default)."""
+def choose(device: torch.device, shapes: tuple[Shape, ...]) -> Choice:
+    """The route for the loss chunks' fp32 GEMMs of ``shapes`` (:func:`loss_shapes`) on
+    ``device``; a GPU and a torch without oneDNN keep the default."""
     name = forced()
     if device.type != "cpu" or not available():
         return DEFAULT if name != "onednn" else Choice(
@@ -151,9 +174,4 @@ def choose(device: torch.device) -> Choice:
         return Choice(False, f"default (MKL), {ENV}=default")
     if name == "onednn":
         return Choice(True, f"oneDNN, {ENV}=onednn")
-    return _measured_choice()
-
-
-@functools.lru_cache(maxsize=1)
-def _measured_choice() -> Choice:
-    return decide(measure())
+    return decide(measure(shapes))

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from seq2seq import gemm
 from seq2seq.errors import ConfigError
 
 CPU = torch.device("cpu")
+SHAPES = gemm.loss_shapes(32, 16, 64)
 needs_route = pytest.mark.skipif(not gemm.available(), reason="this torch has no oneDNN matmul route")
 
 
@@ -34,22 +37,29 @@ def test_the_error_bound_separates_fp32_from_bf16_inputs() -> None:
     far above MAX_REL_ERROR; a plain fp32 product is far below it."""
     gen = torch.Generator().manual_seed(1)
     a, b = torch.randn(256, 256, generator=gen), torch.randn(256, 800, generator=gen)
-    with gemm.using(gemm.DEFAULT):
-        assert gemm._product_error(a, b) < gemm.MAX_REL_ERROR / 10
-        assert gemm._product_error(a.bfloat16().float(), b.bfloat16().float()) < gemm.MAX_REL_ERROR
+    assert gemm._product_error(a, b) < gemm.MAX_REL_ERROR / 10
     exact = a.double() @ b.double()
     rounded = (a.bfloat16().float() @ b.bfloat16().float()).double()
     assert float((rounded - exact).norm() / exact.norm()) > 10 * gemm.MAX_REL_ERROR
 
 
+ONEDNN = gemm.Choice(True, "test")
+
+
 @needs_route
-def test_using_restores_the_flag_even_after_an_error() -> None:
+def test_recurring_follows_the_active_choice_and_restores_the_flag() -> None:
     flags = torch.backends.mkldnn.matmul
     before = flags.fp32_precision
-    with pytest.raises(RuntimeError), gemm.using(gemm.Choice(True, "")):
-        assert flags.fp32_precision == "bf16"
-        raise RuntimeError("boom")
+    with gemm.recurring():  # no choice made: the default route
+        assert flags.fp32_precision == before
+    with pytest.raises(RuntimeError), gemm.using(ONEDNN):
+        assert flags.fp32_precision == before  # using() alone routes nothing
+        with gemm.recurring():
+            assert flags.fp32_precision == "bf16"
+            raise RuntimeError("boom")
     assert flags.fp32_precision == before
+    with gemm.recurring():  # using() ended: the default again
+        assert flags.fp32_precision == before
 
 
 @needs_route
@@ -58,7 +68,7 @@ def test_measure_leaves_the_global_rng_and_the_flag_alone() -> None:
     torch.manual_seed(7)
     expected = torch.rand(5)
     torch.manual_seed(7)
-    figures = gemm.measure(shapes=((16, 32, 64),), rounds=2)
+    figures = gemm.measure(gemm.loss_shapes(16, 32, 64), rounds=2)
     assert torch.equal(torch.rand(5), expected)
     assert torch.backends.mkldnn.matmul.fp32_precision == before
     assert set(figures) == {"default", "onednn"}
@@ -66,41 +76,52 @@ def test_measure_leaves_the_global_rng_and_the_flag_alone() -> None:
     assert figures["default"]["rel_error"] < gemm.MAX_REL_ERROR
 
 
+class _RouteLog(TorchDispatchMode):
+    """Rows of each mm/addmm call and the route flag it ran under."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[int, str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                    torch.ops.aten.addmm_.default):
+            rows = args[-2].size(0)
+            self.calls.append((rows, torch.backends.mkldnn.matmul.fp32_precision))
+        return func(*args, **(kwargs or {}))
+
+
 @needs_route
-def test_onednn_route_gives_fp32_gradients() -> None:
-    """The fast route against the plain one: a model's loss and gradients agree to fp32
-    accuracy wherever the probe would pick it (a route that rounds is refused)."""
-    if gemm._product_error(*_route_inputs()) > gemm.MAX_REL_ERROR:
-        pytest.skip("oneDNN rounds to bf16 on this CPU: choose() refuses it here")
-    from model_helpers import reverse_task
+def test_only_full_loss_chunks_take_onednn_and_match_the_plain_loss() -> None:
+    """The fused loss under the oneDNN route: full chunks' products go through oneDNN,
+    the shorter last chunk's stay on MKL (its shape changes every batch), and the loss
+    and gradients equal plain cross-entropy's to fp32 accuracy."""
+    from seq2seq.model.loss import CHUNK_ROWS, linear_cross_entropy
 
-    from seq2seq.config import AttentionConfig, ModelConfig
-    from seq2seq.model import build_model
-
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(emb_size=32, hidden_size=64, dropout=0.0,
-                                    attention=AttentionConfig(name="bahdanau")), 12, 12)
-    src, lens, tgt_in, tgt_out = reverse_task()
-    grads = []
-    for route in (gemm.DEFAULT, gemm.Choice(True, "")):
-        model.zero_grad()
-        with gemm.using(route):
-            model(src, lens, tgt_in, targets=tgt_out).backward()  # the fused training loss
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
-    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
-    assert not torch.equal(grads[0], torch.zeros_like(grads[0]))
-
-
-def _route_inputs() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(2)
-    a, b = torch.randn(64, 256, generator=gen), torch.randn(256, 512, generator=gen)
-    return a, b
+    gen = torch.Generator().manual_seed(3)
+    n, h, v = 2 * CHUNK_ROWS + 37, 32, 300
+    x = torch.randn(n, h, generator=gen).requires_grad_()
+    w = (0.1 * torch.randn(v, h, generator=gen)).requires_grad_()
+    b = torch.zeros(v).requires_grad_()
+    target = torch.randint(0, v, (n,), generator=gen)
+    log = _RouteLog()
+    with gemm.using(ONEDNN), log:
+        fused = linear_cross_entropy(x, w, b, target)
+    fused_grads = torch.autograd.grad(fused, (x, w, b))
+    plain = F.cross_entropy(F.linear(x, w, b), target, reduction="sum")
+    plain_grads = torch.autograd.grad(plain, (x, w, b))
+    assert torch.allclose(fused, plain, rtol=1e-5)
+    for got, want in zip(fused_grads, plain_grads, strict=True):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+    routes = {rows: flag for rows, flag in log.calls if rows in (CHUNK_ROWS, 37)}
+    assert routes[CHUNK_ROWS] == "bf16" and routes[37] != "bf16"
+    assert torch.backends.mkldnn.matmul.fp32_precision != "bf16"
 
 
 @pytest.mark.parametrize("value, onednn", [("onednn", True), ("default", False)])
 def test_the_environment_forces_a_route(monkeypatch, value: str, onednn: bool) -> None:
     monkeypatch.setenv(gemm.ENV, value)
-    choice = gemm.choose(CPU)
+    choice = gemm.choose(CPU, SHAPES)
     assert choice.onednn is (onednn and gemm.available())
     assert gemm.ENV in choice.reason
 
@@ -108,11 +129,11 @@ def test_the_environment_forces_a_route(monkeypatch, value: str, onednn: bool) -
 def test_a_bad_route_name_is_a_config_error(monkeypatch) -> None:
     monkeypatch.setenv(gemm.ENV, "mkl")
     with pytest.raises(ConfigError, match="SEQ2SEQ_FP32_GEMM='mkl': use auto, onednn or default"):
-        gemm.choose(CPU)
+        gemm.choose(CPU, SHAPES)
 
 
 def test_a_gpu_keeps_the_default() -> None:
-    assert not gemm.choose(torch.device("cuda")).onednn
+    assert not gemm.choose(torch.device("cuda"), SHAPES).onednn
 
 
 @pytest.mark.parametrize("route", ["onednn", "default"])

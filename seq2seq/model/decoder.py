@@ -169,6 +169,12 @@ class Decoder(nn.Module):
             self.output = nn.Linear(hidden_size, vocab_size)
 
     @property
+    def output_size(self) -> tuple[int, int]:
+        """(input features, vocabulary) of the output layer: (H or E, V)."""
+        weight = self.embedding.weight if self.tie_embeddings else self.output.weight
+        return weight.size(1), weight.size(0)
+
+    @property
     def can_fuse(self) -> bool:
         """True when the RNN inputs of all steps are known before the RNN runs."""
         att = self.attention

@@ -15,9 +15,13 @@ Loss per token with label smoothing ε (as torch's ``cross_entropy``):
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from seq2seq import gemm
 
 # Rows per chunk: a (CHUNK_ROWS, 8000) fp32 block is 8 MB. The chunk sizes tried ran
 # equally fast, so this one stays; smaller chunks keep less memory
@@ -54,23 +58,25 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
         rows = torch.arange(min(CHUNK_ROWS, x.size(0)), device=x.device)
     for start in range(0, x.size(0), CHUNK_ROWS):
         xc, tc = x[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
-        logits = _wide(F.linear(xc, w, b))  # (n, V)
-        loss, logp = _chunk_loss(logits, tc, smoothing)
-        total += loss
-        if not with_grads:
-            continue
-        probs = logp.exp_()  # softmax, in place
-        probs[rows[:tc.size(0)], tc] -= 1.0 - smoothing
-        if smoothing:
-            probs.sub_(smoothing / probs.size(1))
-        g = probs.to(dtype)
-        grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)  # (not out=: FlopCounterMode skips it)
-        if dtype == grad_w.dtype:
-            grad_w.addmm_(g.t(), xc)
-        else:  # addmm_ wants one dtype; sum the bf16 product in fp32
-            grad_w += torch.mm(g.t(), xc).to(grad_w.dtype)
-        if grad_b is not None:
-            grad_b += probs.sum(dim=0)
+        # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
+        with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
+            logits = _wide(F.linear(xc, w, b))  # (n, V)
+            loss, logp = _chunk_loss(logits, tc, smoothing)
+            total += loss
+            if not with_grads:
+                continue
+            probs = logp.exp_()  # softmax, in place
+            probs[rows[:tc.size(0)], tc] -= 1.0 - smoothing
+            if smoothing:
+                probs.sub_(smoothing / probs.size(1))
+            g = probs.to(dtype)
+            grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)  # (not out=: FlopCounterMode skips it)
+            if dtype == grad_w.dtype:
+                grad_w.addmm_(g.t(), xc)
+            else:  # addmm_ wants one dtype; sum the bf16 product in fp32
+                grad_w += torch.mm(g.t(), xc).to(grad_w.dtype)
+            if grad_b is not None:
+                grad_b += probs.sum(dim=0)
     return total, ((grad_x, grad_w, grad_b) if with_grads else None)
 
 
