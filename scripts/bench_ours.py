@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from seq2seq import gemm  # noqa: E402
 from seq2seq.corpus import (  # noqa: E402
     batching,  # noqa: E402
     corpus_dir,
@@ -35,7 +34,11 @@ from seq2seq.corpus import (  # noqa: E402
 )
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
-from seq2seq.model import build_model, count_parameters  # noqa: E402
+from seq2seq.model import (  # noqa: E402
+    build_model,
+    count_parameters,
+    gemm,  # noqa: E402
+)
 from seq2seq.model.loss import CHUNK_ROWS  # noqa: E402
 from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.training.loop import Run, train_step  # noqa: E402

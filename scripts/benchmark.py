@@ -48,8 +48,8 @@ import bench_ours
 import bench_peers
 import torch
 
-from seq2seq import gemm
 from seq2seq.errors import ConfigError, Seq2SeqError
+from seq2seq.model import gemm
 from seq2seq.runtime import cpu_description
 
 
@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(each row records the choice; ratios are of the chosen precision)")
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
     p.add_argument("--fp32-gemm", default="auto", choices=gemm.ROUTES,
-                   help="our main rows' route for fp32 GEMMs (seq2seq.gemm): auto measures "
+                   help="our main rows' route for fp32 GEMMs (seq2seq.model.gemm): auto measures "
                         "MKL against oneDNN as seq2seq-train does; onednn or default forces one")
     p.add_argument("--mkl", action="store_true",
                    help="also time our training with fp32 GEMMs on the default route (MKL; rows "

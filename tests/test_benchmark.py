@@ -70,7 +70,7 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
 def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):
     """--fp32-gemm onednn --mkl: the main rows' fp32 GEMMs went through oneDNN and the +mkl
     rows' through MKL, each row's fraction against its own route's matmul rate."""
-    from seq2seq import gemm
+    from seq2seq.model import gemm
 
     out = tmp_path / "bench.json"
     data = [arg for o in tiny_corpus for arg in ("--data", o)]

@@ -1,4 +1,4 @@
-"""seq2seq.gemm: fp32 GEMMs go through oneDNN only where a probe shows it fp32-accurate and
+"""seq2seq.model.gemm: fp32 GEMMs go through oneDNN only where a probe shows it fp32-accurate and
 faster; the probe leaves the process as it found it, and training records the route."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from seq2seq import gemm
 from seq2seq.errors import ConfigError
+from seq2seq.model import gemm
 
 CPU = torch.device("cpu")
 SHAPES = gemm.loss_shapes(32, 16, 64)
@@ -149,3 +149,15 @@ def test_training_logs_and_records_the_route(tiny_train_overrides, tmp_path: Pat
     assert "fp32 GEMMs: " in (run_dir / "train.log").read_text()
     if gemm.available():  # a library call leaves the process's setting as it found it
         assert torch.backends.mkldnn.matmul.fp32_precision == before
+
+
+def test_the_reference_model_keeps_the_default_route(tiny_train_overrides, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    """The plain reference model has no fused loss, so there is nothing to route or probe."""
+    from test_train import train
+
+    monkeypatch.setenv(gemm.ENV, "onednn")
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=2",
+                    "model.impl=reference")
+    assert json.loads((run_dir / "summary.json").read_text())["fp32_gemm"] == "default"
+    assert "fp32 GEMMs: default (MKL): this model has no fused loss" in (run_dir / "train.log").read_text()

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq import gemm
+from seq2seq.model import gemm
 
 # Rows per chunk: a (CHUNK_ROWS, 8000) fp32 block is 8 MB. The chunk sizes tried ran
 # equally fast, so this one stays; smaller chunks keep less memory

@@ -24,9 +24,10 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import gemm, precision, runtime
+from seq2seq import precision, runtime
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model import gemm
 from seq2seq.model.loss import CHUNK_ROWS
 from seq2seq.runs.checkpoint import (
     BEST,
@@ -60,11 +61,15 @@ def choose_precision(run: Run) -> None:
 
 
 def choose_gemm(run: Run) -> gemm.Choice:
-    """The route of the fused loss's fp32 GEMMs (MKL or oneDNN, :mod:`seq2seq.gemm`),
+    """The route of the fused loss's fp32 GEMMs (MKL or oneDNN, :mod:`seq2seq.model.gemm`),
     measured again on every start: it changes speed, not results, so a resumed run need
     not keep it."""
-    shapes = gemm.loss_shapes(CHUNK_ROWS, *run.model.decoder.output_size)
-    choice = distributed.on_main(lambda: gemm.choose(run.device, shapes))
+    size = getattr(run.model.decoder, "output_size", None)
+    if size is None:  # the reference model computes a plain loss: nothing to route
+        choice = gemm.Choice(False, "default (MKL): this model has no fused loss")
+    else:
+        shapes = gemm.loss_shapes(CHUNK_ROWS, *size)
+        choice = distributed.on_main(lambda: gemm.choose(run.device, shapes))
     run.progress.fp32_gemm = choice.name
     run.log.info("fp32 GEMMs: %s", choice.reason)
     return choice

@@ -58,7 +58,7 @@ class Progress:
     src_tokens: int = 0
     stop_reason: str = ""
     precision: str = ""  # fp32 | bf16 as resolved at the start (train.precision=auto measures)
-    fp32_gemm: str = ""  # onednn | default: this start's route for fp32 GEMMs (seq2seq.gemm)
+    fp32_gemm: str = ""  # onednn | default: this start's route for fp32 GEMMs (seq2seq.model.gemm)
 
 
 @dataclass
