@@ -146,7 +146,7 @@ def test_training_logs_and_records_the_route(tiny_train_overrides, tmp_path: Pat
     run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=3")
     name = route if gemm.available() else "default"
     assert json.loads((run_dir / "summary.json").read_text())["fp32_gemm"] == name
-    assert "fp32 GEMMs: " in (run_dir / "train.log").read_text()
+    assert "fp32 GEMMs of the fused loss: " in (run_dir / "train.log").read_text()
     if gemm.available():  # a library call leaves the process's setting as it found it
         assert torch.backends.mkldnn.matmul.fp32_precision == before
 
@@ -160,4 +160,4 @@ def test_the_reference_model_keeps_the_default_route(tiny_train_overrides, tmp_p
     run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=2",
                     "model.impl=reference")
     assert json.loads((run_dir / "summary.json").read_text())["fp32_gemm"] == "default"
-    assert "fp32 GEMMs: default (MKL): this model has no fused loss" in (run_dir / "train.log").read_text()
+    assert "fp32 GEMMs of the fused loss: default (MKL): this model has no fused loss" in (run_dir / "train.log").read_text()

@@ -71,7 +71,7 @@ def choose_gemm(run: Run) -> gemm.Choice:
         shapes = gemm.loss_shapes(CHUNK_ROWS, *size)
         choice = distributed.on_main(lambda: gemm.choose(run.device, shapes))
     run.progress.fp32_gemm = choice.name
-    run.log.info("fp32 GEMMs: %s", choice.reason)
+    run.log.info("fp32 GEMMs of the fused loss: %s", choice.reason)
     return choice
 
 
