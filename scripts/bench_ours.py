@@ -34,12 +34,8 @@ from seq2seq.corpus import (  # noqa: E402
 )
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
-from seq2seq.model import (  # noqa: E402
-    build_model,
-    count_parameters,
-    gemm,  # noqa: E402
-)
-from seq2seq.model.loss import CHUNK_ROWS  # noqa: E402
+from seq2seq.model import build_model, count_parameters, gemm  # noqa: E402
+from seq2seq.model.loss import chunk_shapes  # noqa: E402
 from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.training.loop import Run, train_step  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
@@ -221,7 +217,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
     run = make_run(cfg, bench)
-    route = gemm.choose(run.device, gemm.loss_shapes(CHUNK_ROWS, *run.model.decoder.output_size))
+    route = gemm.choose(run.device, chunk_shapes(run.model))
     with gemm.using(route):  # before the precision probe, as in seq2seq-train
         row = _measure(run, bench, arm, settings)
     row["denormals_flushed"] = flushed

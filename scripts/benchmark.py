@@ -188,7 +188,7 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
              "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16),
              "n": args.matmul_size, "threads": args.threads}
     if gemm.available():  # the fp32 ceiling of rows whose GEMMs went through oneDNN
-        with gemm.using(gemm.Choice(True, "")):
+        with gemm.using(gemm.Choice(True, "")), gemm.recurring():  # using() alone routes nothing
             rates["fp32_onednn_flops_per_s"] = bench_ours.matmul_rate(args.matmul_size, torch.float32)
     return rates
 

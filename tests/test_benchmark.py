@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
@@ -86,6 +87,25 @@ def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):
     if gemm.available():
         assert main["fraction_of_matmul"] == pytest.approx(
             main["achieved_flops_per_s"] / res["matmul"]["fp32_onednn_flops_per_s"])
+
+
+def test_the_onednn_ceiling_is_timed_through_onednn(monkeypatch):
+    """fp32_onednn_flops_per_s is measured with the oneDNN flag set, the others without."""
+    from seq2seq.model import gemm
+
+    if not gemm.available():
+        pytest.skip("this torch has no oneDNN matmul route")
+    flags = []
+
+    def rate(n, dtype):
+        flags.append((dtype, torch.backends.mkldnn.matmul.fp32_precision))
+        return 1.0
+    monkeypatch.setattr(benchmark.bench_ours, "matmul_rate", rate)
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    rates = benchmark.ceiling(benchmark.parse_args(["--matmul-size", "64", "--threads", "1"]))
+    assert set(rates) >= {"fp32_flops_per_s", "bf16_flops_per_s", "fp32_onednn_flops_per_s"}
+    assert flags == [(torch.float32, before), (torch.bfloat16, before), (torch.float32, "bf16")]
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
 
 
 def test_ceiling_of_follows_precision_and_route():

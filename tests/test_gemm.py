@@ -15,7 +15,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.model import gemm
 
 CPU = torch.device("cpu")
-SHAPES = gemm.loss_shapes(32, 16, 64)
+SHAPES = ((32, 16, 64), (32, 64, 16), (64, 32, 16))
 needs_route = pytest.mark.skipif(not gemm.available(), reason="this torch has no oneDNN matmul route")
 
 
@@ -68,7 +68,7 @@ def test_measure_leaves_the_global_rng_and_the_flag_alone() -> None:
     torch.manual_seed(7)
     expected = torch.rand(5)
     torch.manual_seed(7)
-    figures = gemm.measure(gemm.loss_shapes(16, 32, 64), rounds=2)
+    figures = gemm.measure(((16, 32, 64), (16, 64, 32)), rounds=2)
     assert torch.equal(torch.rand(5), expected)
     assert torch.backends.mkldnn.matmul.fp32_precision == before
     assert set(figures) == {"default", "onednn"}
@@ -130,6 +130,20 @@ def test_a_bad_route_name_is_a_config_error(monkeypatch) -> None:
     monkeypatch.setenv(gemm.ENV, "mkl")
     with pytest.raises(ConfigError, match="SEQ2SEQ_FP32_GEMM='mkl': use auto, onednn or default"):
         gemm.choose(CPU, SHAPES)
+
+
+def test_chunk_shapes_are_the_output_layers_and_none_without_a_fused_loss(monkeypatch) -> None:
+    from seq2seq.config import ModelConfig
+    from seq2seq.config.schema import ModelImpl
+    from seq2seq.model import build_model
+    from seq2seq.model.loss import CHUNK_ROWS, chunk_shapes
+
+    model = build_model(ModelConfig(emb_size=16, hidden_size=24), 30, 50)
+    assert chunk_shapes(model) == ((CHUNK_ROWS, 24, 50), (CHUNK_ROWS, 50, 24), (50, CHUNK_ROWS, 24))
+    reference = build_model(ModelConfig(emb_size=16, hidden_size=24, impl=ModelImpl.reference), 30, 50)
+    assert chunk_shapes(reference) is None
+    monkeypatch.setenv(gemm.ENV, "onednn")  # nothing to route: the override does not apply
+    assert gemm.choose(CPU, None) == gemm.Choice(False, "default (MKL): this model has no fused loss")
 
 
 def test_a_gpu_keeps_the_default() -> None:

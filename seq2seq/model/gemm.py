@@ -72,12 +72,6 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(matmul, "fp32_precision")
 
 
-def loss_shapes(rows: int, features: int, vocab: int) -> tuple[Shape, ...]:
-    """The fused loss's products on a full chunk: logits x W^T, grad_logits x W, and
-    grad_logits^T x x (seq2seq.model.loss._chunked)."""
-    return (rows, features, vocab), (rows, vocab, features), (vocab, rows, features)
-
-
 @contextlib.contextmanager
 def _flag(onednn: bool) -> Iterator[None]:
     flags = torch.backends.mkldnn.matmul
@@ -163,9 +157,12 @@ def forced() -> str:
     return name
 
 
-def choose(device: torch.device, shapes: tuple[Shape, ...]) -> Choice:
-    """The route for the loss chunks' fp32 GEMMs of ``shapes`` (:func:`loss_shapes`) on
+def choose(device: torch.device, shapes: tuple[Shape, ...] | None) -> Choice:
+    """The route for the loss chunks' fp32 GEMMs of ``shapes``
+    (:func:`seq2seq.model.loss.chunk_shapes`; None: the model has no fused loss) on
     ``device``; a GPU and a torch without oneDNN keep the default."""
+    if shapes is None:
+        return Choice(False, "default (MKL): this model has no fused loss")
     name = forced()
     if device.type != "cpu" or not available():
         return DEFAULT if name != "onednn" else Choice(

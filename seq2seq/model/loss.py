@@ -29,6 +29,17 @@ from seq2seq.model import gemm
 CHUNK_ROWS = 256
 
 
+def chunk_shapes(model: torch.nn.Module) -> tuple[gemm.Shape, ...] | None:
+    """(M, K, N) of :func:`_chunked`'s products on a full chunk of ``model``'s output
+    layer: logits x W^T, grad_logits x W, grad_logits^T x x. None for a model without
+    the fused loss (the reference model)."""
+    size = getattr(model.decoder, "output_size", None)
+    if size is None:
+        return None
+    features, vocab = size
+    return (CHUNK_ROWS, features, vocab), (CHUNK_ROWS, vocab, features), (vocab, CHUNK_ROWS, features)
+
+
 def _wide(t: Tensor) -> Tensor:
     """bf16/fp16 -> fp32 for the softmax; fp32 and fp64 stay as they are."""
     return t if t.dtype in (torch.float32, torch.float64) else t.float()

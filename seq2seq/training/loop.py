@@ -28,7 +28,7 @@ from seq2seq import precision, runtime
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import gemm
-from seq2seq.model.loss import CHUNK_ROWS
+from seq2seq.model.loss import chunk_shapes
 from seq2seq.runs.checkpoint import (
     BEST,
     LAST,
@@ -64,12 +64,8 @@ def choose_gemm(run: Run) -> gemm.Choice:
     """The route of the fused loss's fp32 GEMMs (MKL or oneDNN, :mod:`seq2seq.model.gemm`),
     measured again on every start: it changes speed, not results, so a resumed run need
     not keep it."""
-    size = getattr(run.model.decoder, "output_size", None)
-    if size is None:  # the reference model computes a plain loss: nothing to route
-        choice = gemm.Choice(False, "default (MKL): this model has no fused loss")
-    else:
-        shapes = gemm.loss_shapes(CHUNK_ROWS, *size)
-        choice = distributed.on_main(lambda: gemm.choose(run.device, shapes))
+    shapes = chunk_shapes(run.model)
+    choice = distributed.on_main(lambda: gemm.choose(run.device, shapes))
     run.progress.fp32_gemm = choice.name
     run.log.info("fp32 GEMMs of the fused loss: %s", choice.reason)
     return choice
