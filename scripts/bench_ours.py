@@ -15,7 +15,7 @@ import resource
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +217,9 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
     run = make_run(cfg, bench)
-    route = gemm.choose(run.device, chunk_shapes(run.model))
+    route = gemm.choose(run.device, chunk_shapes(run.model), gemm.step_probe(run.model))
+    if settings["precision"] == "bf16":  # as seq2seq-train's bf16_route; under auto the grid
+        route = replace(route, grid=False)  # stays on if bf16 wins (a little slower, never faster)
     with gemm.using(route):  # before the precision probe, as in seq2seq-train
         row = _measure(run, bench, arm, settings)
     row["denormals_flushed"] = flushed

@@ -70,7 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
     p.add_argument("--fp32-gemm", default="auto", choices=gemm.ROUTES,
                    help="our main rows' route for fp32 GEMMs (seq2seq.model.gemm): auto measures "
-                        "MKL against oneDNN as seq2seq-train does; onednn or default forces one")
+                        "MKL against oneDNN (and its grid) as seq2seq-train does; grid, onednn "
+                        "or default forces one")
+    p.add_argument("--dnn-loss", action="store_true",
+                   help="also time our training with only the fused loss's fp32 GEMMs through "
+                        "oneDNN (route onednn; rows ARM+dnnloss, training only, every round)")
     p.add_argument("--mkl", action="store_true",
                    help="also time our training with fp32 GEMMs on the default route (MKL; rows "
                         "'ARM+mkl', training only), in every round")
@@ -193,11 +197,14 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
     return rates
 
 
+ONEDNN_ROUTES = ("onednn", "grid")  # fp32 routes whose GEMMs (all or most) run in oneDNN
+
+
 def ceiling_of(row: dict[str, Any], rates: dict[str, float]) -> float:
     """The matmul rate of the precision and GEMM route ``row`` trained in."""
     if row["bf16"]:
         return rates["bf16_flops_per_s"]
-    if row.get("fp32_gemm") == "onednn" and "fp32_onednn_flops_per_s" in rates:
+    if row.get("fp32_gemm") in ONEDNN_ROUTES and "fp32_onednn_flops_per_s" in rates:
         return rates["fp32_onednn_flops_per_s"]
     return rates["fp32_flops_per_s"]
 
@@ -209,6 +216,9 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
         out.append(("+fp32", {**settings_of(args, "fp32"), "decode": False, "profile": 0}))
     if args.bf16:
         out.append(("+bf16", settings_of(args, "bf16")))
+    if args.dnn_loss:
+        out.append(("+dnnloss", {**settings_of(args, "fp32"), "fp32_gemm": "onednn",
+                                 "decode": False, "profile": 0}))
     if args.mkl:
         out.append(("+mkl", {**settings_of(args, "fp32"), "fp32_gemm": "default", "decode": False,
                              "profile": 0}))
@@ -246,10 +256,11 @@ HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':
 
 
 def precision_label(row: dict[str, Any]) -> str:
-    """bf16, fp32 (MKL GEMMs) or fp32+dnn (fp32 GEMMs through oneDNN)."""
+    """bf16, fp32 (MKL GEMMs), fp32+dnn (the loss chunks' GEMMs through oneDNN) or
+    fp32+grid (those and the rest on oneDNN's grid, seq2seq.model.gemm_grid)."""
     if row["bf16"]:
         return "bf16"
-    return "fp32+dnn" if row.get("fp32_gemm") == "onednn" else "fp32"
+    return {"onednn": "fp32+dnn", "grid": "fp32+grid"}.get(row.get("fp32_gemm", ""), "fp32")
 
 
 def _timed_series(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -309,7 +320,8 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
     results["round_ratios"].update({  # our other precisions against the same JoeyNMT rounds
         arm + suffix: [o / j for o, j in zip(ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"],
                                              joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey for suffix in ("+fp32", "+bf16", "+mkl") if arm + suffix in ours})
+        for arm in joey for suffix in ("+fp32", "+bf16", "+dnnloss", "+mkl")
+        if arm + suffix in ours})
     if onmt:
         results["onmt"]["round_ratios"] = {
             arm: [o / t for o, t in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],

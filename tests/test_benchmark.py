@@ -69,18 +69,20 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
 
 
 def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):
-    """--fp32-gemm onednn --mkl: the main rows' fp32 GEMMs went through oneDNN and the +mkl
-    rows' through MKL, each row's fraction against its own route's matmul rate."""
+    """--fp32-gemm grid --dnn-loss --mkl: the main rows' fp32 GEMMs went through oneDNN's
+    grid, the +dnnloss rows' loss chunks through oneDNN and the +mkl rows' through MKL,
+    each row's fraction against its own route's matmul rate."""
     from seq2seq.model import gemm
 
     out = tmp_path / "bench.json"
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     benchmark.main(["--quick", "--no-joey", "--arms", "luong", "--batch-tokens", "200",
-                    "--matmul-size", "256", "--fp32-gemm", "onednn", "--mkl", "--work",
+                    "--matmul-size", "256", "--fp32-gemm", "grid", "--dnn-loss", "--mkl", "--work",
                     str(tmp_path), "--json", str(out), *data])
     res = json.loads(out.read_text())
     main, mkl = res["ours"]["luong"], res["ours"]["luong+mkl"]
-    assert main["fp32_gemm"] == ("onednn" if gemm.available() else "default")
+    assert main["fp32_gemm"] == ("grid" if gemm.available() else "default")
+    assert res["ours"]["luong+dnnloss"]["fp32_gemm"] == ("onednn" if gemm.available() else "default")
     assert mkl["fp32_gemm"] == "default" and "greedy" not in mkl
     assert mkl["fraction_of_matmul"] == pytest.approx(
         mkl["achieved_flops_per_s"] / res["matmul"]["fp32_flops_per_s"])
@@ -112,6 +114,7 @@ def test_ceiling_of_follows_precision_and_route():
     rates = {"fp32_flops_per_s": 1.0, "bf16_flops_per_s": 2.0, "fp32_onednn_flops_per_s": 3.0}
     assert benchmark.ceiling_of({"bf16": True, "fp32_gemm": "onednn"}, rates) == 2.0
     assert benchmark.ceiling_of({"bf16": False, "fp32_gemm": "onednn"}, rates) == 3.0
+    assert benchmark.ceiling_of({"bf16": False, "fp32_gemm": "grid"}, rates) == 3.0
     assert benchmark.ceiling_of({"bf16": False, "fp32_gemm": "default"}, rates) == 1.0
     assert benchmark.ceiling_of({"bf16": False}, {"fp32_flops_per_s": 1.0, "bf16_flops_per_s": 2.0}) == 1.0
 

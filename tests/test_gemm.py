@@ -24,6 +24,46 @@ def _figures(default_s: float, onednn_s: float, onednn_err: float) -> dict[str, 
             "onednn": {"seconds": onednn_s, "rel_error": onednn_err}}
 
 
+def test_decide_grid_widens_only_a_oneDNN_loss_route_that_the_step_products_favour() -> None:
+    loss = gemm.Choice(True, "loss")
+    assert gemm.decide_grid(loss, _figures(0.010, 0.005, 4e-7)).grid
+    slow = gemm.decide_grid(loss, _figures(0.010, 0.009, 4e-7))
+    assert slow.onednn and not slow.grid and "the rest on MKL" in slow.reason
+    rounds = gemm.decide_grid(loss, _figures(0.010, 0.001, 2e-3))
+    assert rounds.onednn and not rounds.grid
+    mkl = gemm.Choice(False, "mkl")
+    assert gemm.decide_grid(mkl, _figures(0.010, 0.001, 4e-7)) is mkl
+    assert [c.name for c in (gemm.Choice(True, "", grid=True), loss, mkl)] == ["grid", "onednn", "default"]
+
+
+def test_the_step_probe_is_the_decoder_rnns_products() -> None:
+    from seq2seq.config import ModelConfig
+    from seq2seq.config.schema import ModelImpl
+    from seq2seq.model import build_model
+
+    model = build_model(ModelConfig(emb_size=16, hidden_size=24), 30, 50)  # bahdanau
+    rows, rnn_in = gemm.GRID_PROBE_ROWS, 16 + 2 * 24  # embedding and the bidirectional context
+    assert gemm.step_probe(model) == ((rows, rnn_in, 72), (rows, 24, 72))
+    reference = build_model(ModelConfig(emb_size=16, hidden_size=24, impl=ModelImpl.reference), 30, 50)
+    assert gemm.step_probe(reference) == ()
+
+
+@needs_route
+def test_using_the_grid_route_sends_products_to_the_grid_and_then_gives_them_back() -> None:
+    from seq2seq.model import gemm_grid
+
+    a, b = torch.randn(37, 64), torch.randn(64, 48)
+    start = gemm_grid.calls["grid"]
+    with pytest.raises(RuntimeError), gemm.using(gemm.Choice(True, "test", grid=True)):
+        torch.mm(a, b)
+        assert gemm_grid.calls["grid"] == start + 1
+        raise RuntimeError("boom")
+    torch.mm(a, b)
+    with gemm.using(ONEDNN):  # the loss-chunk route alone leaves other products alone
+        torch.mm(a, b)
+    assert gemm_grid.calls["grid"] == start + 1
+
+
 def test_decide_needs_fp32_accuracy_and_a_clear_speedup() -> None:
     assert gemm.decide(_figures(0.010, 0.004, 4e-7)).onednn
     rounds = gemm.decide(_figures(0.010, 0.001, 2e-3))  # ten times faster, but bf16 inputs
@@ -118,17 +158,19 @@ def test_only_full_loss_chunks_take_onednn_and_match_the_plain_loss() -> None:
     assert torch.backends.mkldnn.matmul.fp32_precision != "bf16"
 
 
-@pytest.mark.parametrize("value, onednn", [("onednn", True), ("default", False)])
-def test_the_environment_forces_a_route(monkeypatch, value: str, onednn: bool) -> None:
+@pytest.mark.parametrize("value, onednn, grid", [("grid", True, True), ("onednn", True, False),
+                                                 ("default", False, False)])
+def test_the_environment_forces_a_route(monkeypatch, value: str, onednn: bool, grid: bool) -> None:
     monkeypatch.setenv(gemm.ENV, value)
-    choice = gemm.choose(CPU, SHAPES)
+    choice = gemm.choose(CPU, SHAPES, ((8, 16, 48),))
     assert choice.onednn is (onednn and gemm.available())
+    assert choice.grid is (grid and gemm.available())
     assert gemm.ENV in choice.reason
 
 
 def test_a_bad_route_name_is_a_config_error(monkeypatch) -> None:
     monkeypatch.setenv(gemm.ENV, "mkl")
-    with pytest.raises(ConfigError, match="SEQ2SEQ_FP32_GEMM='mkl': use auto, onednn or default"):
+    with pytest.raises(ConfigError, match="SEQ2SEQ_FP32_GEMM='mkl': use auto, grid, onednn or default"):
         gemm.choose(CPU, SHAPES)
 
 
@@ -150,7 +192,7 @@ def test_a_gpu_keeps_the_default() -> None:
     assert not gemm.choose(torch.device("cuda"), SHAPES).onednn
 
 
-@pytest.mark.parametrize("route", ["onednn", "default"])
+@pytest.mark.parametrize("route", ["grid", "onednn", "default"])
 def test_training_logs_and_records_the_route(tiny_train_overrides, tmp_path: Path, monkeypatch,
                                              route: str) -> None:
     from test_train import train
@@ -160,7 +202,7 @@ def test_training_logs_and_records_the_route(tiny_train_overrides, tmp_path: Pat
     run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=3")
     name = route if gemm.available() else "default"
     assert json.loads((run_dir / "summary.json").read_text())["fp32_gemm"] == name
-    assert "fp32 GEMMs of the fused loss: " in (run_dir / "train.log").read_text()
+    assert "fp32 GEMMs: " in (run_dir / "train.log").read_text()
     if gemm.available():  # a library call leaves the process's setting as it found it
         assert torch.backends.mkldnn.matmul.fp32_precision == before
 
@@ -174,4 +216,21 @@ def test_the_reference_model_keeps_the_default_route(tiny_train_overrides, tmp_p
     run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=2",
                     "model.impl=reference")
     assert json.loads((run_dir / "summary.json").read_text())["fp32_gemm"] == "default"
-    assert "fp32 GEMMs of the fused loss: default (MKL): this model has no fused loss" in (run_dir / "train.log").read_text()
+    assert "fp32 GEMMs: default (MKL): this model has no fused loss" in (run_dir / "train.log").read_text()
+
+
+@needs_route
+def test_bf16_training_turns_the_grid_off(tiny_train_overrides, tmp_path: Path, monkeypatch) -> None:
+    """Under bf16 the products are bf16: the grid would only add its Python to each."""
+    from test_train import train
+
+    from seq2seq.model import gemm_grid
+
+    monkeypatch.setenv(gemm.ENV, "grid")
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=2",
+                    "train.precision=bf16")
+    assert json.loads((run_dir / "summary.json").read_text())["fp32_gemm"] == "onednn"
+    assert "the grid route is off" in (run_dir / "train.log").read_text()
+    start = gemm_grid.calls["grid"]
+    torch.mm(torch.randn(9, 32), torch.randn(32, 16))  # and torch's kernels are back
+    assert gemm_grid.calls["grid"] == start

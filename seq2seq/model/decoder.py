@@ -174,6 +174,12 @@ class Decoder(nn.Module):
         weight = self.embedding.weight if self.tie_embeddings else self.output.weight
         return weight.size(1), weight.size(0)
 
+    def step_shapes(self, rows: int) -> tuple[tuple[int, int, int], ...]:
+        """(M, K, N) of the RNN's products in one step of ``rows`` rows: input and
+        recurrent gates of every layer (what seq2seq.model.gemm's probe times)."""
+        return tuple((rows, w.size(1), w.size(0)) for name, w in self.rnn.rnn.named_parameters()
+                     if name.startswith("weight_"))
+
     @property
     def can_fuse(self) -> bool:
         """True when the RNN inputs of all steps are known before the RNN runs."""

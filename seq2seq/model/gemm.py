@@ -13,19 +13,25 @@ batch x length, per-step batch sizes, attention over each batch's source length)
 routing *every* product through oneDNN builds kernels all the time, and either evicts
 them (default cache: 1,024) or grows by GBs (a larger cache). The products whose shapes
 recur are the fused output layer and loss (:mod:`seq2seq.model.loss`): full chunks of
-``CHUNK_ROWS`` rows, three shapes for a whole run, and about 40% of a step. Only
-they go through oneDNN (:func:`recurring`); the rest stays on MKL.
+``CHUNK_ROWS`` rows, three shapes for a whole run, and about 40% of a step. They go
+through oneDNN as they are (:func:`recurring`). The route ``grid`` also sends every
+other product through oneDNN, its varying sides rounded up to a grid of a few hundred
+shapes (:mod:`seq2seq.model.gemm_grid`), so the kernel cache stays small.
 
 Nothing is assumed from the CPU's name or flags. :func:`choose` multiplies the loss
 chunk's three products both ways, alternately, and keeps oneDNN only when
 
 * its results are as accurate as fp32 (relative error against a float64 product at most
   :data:`MAX_REL_ERROR`; bf16 inputs give about 1e-3), so training stays fp32, and
-* it is clearly faster (:data:`MIN_SPEEDUP`).
+* it is clearly faster (:data:`MIN_SPEEDUP`);
+
+and then takes the grid route too only when the decoder step's products, padded the
+grid's way, are faster still by :data:`MIN_GRID_SPEEDUP` (padding, the copies and the
+Python glue around each product cost part of the gain).
 
 The probe draws from its own random generator: the global RNG, and so a seeded run's
 dropout and batch order, is the same whichever route is chosen. ``SEQ2SEQ_FP32_GEMM``
-(``auto``, ``onednn``, ``default``) overrides the choice, for benchmarks and for
+(``auto``, ``grid``, ``onednn``, ``default``) overrides the choice, for benchmarks and for
 comparing the two routes; it is read here and nowhere else. Commands apply a choice with
 :func:`using`, which restores what it found.
 """
@@ -41,25 +47,34 @@ from dataclasses import dataclass
 import torch
 
 from seq2seq.errors import ConfigError
+from seq2seq.model import gemm_grid
 
 ENV = "SEQ2SEQ_FP32_GEMM"
-ROUTES = ("auto", "onednn", "default")
+ROUTES = ("auto", "grid", "onednn", "default")
 MAX_REL_ERROR = 1e-5  # fp32 products of these sizes err by ~3e-7; bf16 inputs by ~1e-3
 MIN_SPEEDUP = 1.1  # oneDNN must save at least this factor of GEMM time to be chosen
+# the grid route also pads, copies and runs Python around every product, and in a
+# training step other work (attention, pointwise ops) dilutes what the GEMMs gain
+MIN_GRID_SPEEDUP = 1.25  # a judgement: on machine B the probe read x1.3-1.8 where training gained x1.07-1.11
+GRID_PROBE_ROUNDS = 25  # small products: more rounds for a steady median
+GRID_PROBE_ROWS = 61  # off the grid, so the probe pays the padding as training does
 PROBE_ROUNDS = 5  # timed products per route and shape, after one warm-up each
 Shape = tuple[int, int, int]  # (M, K, N) of an (M, K) @ (K, N) product
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The route of the loss chunks' fp32 GEMMs (``onednn`` or ``default``) and why."""
+    """The route of the fp32 GEMMs and why: ``onednn`` (the loss chunks through
+    oneDNN), ``grid`` (those and every other product, padded to the grid) or
+    ``default`` (MKL)."""
 
     onednn: bool
     reason: str
+    grid: bool = False
 
     @property
     def name(self) -> str:
-        return "onednn" if self.onednn else "default"
+        return "grid" if self.grid else "onednn" if self.onednn else "default"
 
 
 DEFAULT = Choice(False, "default (MKL)")
@@ -85,11 +100,13 @@ def _flag(onednn: bool) -> Iterator[None]:
 
 @contextlib.contextmanager
 def using(choice: Choice) -> Iterator[None]:
-    """Products under :func:`recurring` take ``choice``'s route inside the block."""
+    """Products under :func:`recurring` take ``choice``'s route inside the block, and
+    with the grid route every other CPU product of the process goes on the grid."""
     global _active
     before, _active = _active, choice
     try:
-        yield
+        with gemm_grid.on_grid() if choice.grid and available() else contextlib.nullcontext():
+            yield
     finally:
         _active = before
 
@@ -135,6 +152,31 @@ def measure(shapes: tuple[Shape, ...], rounds: int = PROBE_ROUNDS) -> dict[str, 
     return out
 
 
+def measure_grid(shapes: tuple[Shape, ...], rounds: int = GRID_PROBE_ROUNDS
+                 ) -> dict[str, dict[str, float]]:
+    """:func:`measure`'s figures for ``shapes`` multiplied by MKL as they are
+    (``default``) and padded onto the grid through oneDNN (``onednn``,
+    :func:`seq2seq.model.gemm_grid.mm`)."""
+    gen = torch.Generator().manual_seed(0)
+    out = {name: {"rel_error": 0.0, "seconds": 0.0} for name in ("default", "onednn")}
+    routes = {"default": torch.mm, "onednn": gemm_grid.mm}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+        exact = a.double() @ b.double()
+        times: dict[str, list[float]] = {name: [] for name in out}
+        for name, fn in routes.items():
+            err = float((fn(a, b).double() - exact).norm() / exact.norm())  # also the warm-up
+            out[name]["rel_error"] = max(out[name]["rel_error"], err)
+        for _ in range(rounds):
+            for name, fn in routes.items():
+                start = time.perf_counter()
+                fn(a, b)
+                times[name].append(time.perf_counter() - start)
+        for name, t in times.items():
+            out[name]["seconds"] += sorted(t)[len(t) // 2]
+    return out
+
+
 def decide(measured: dict[str, dict[str, float]]) -> Choice:
     """The route :func:`measure`'s figures call for (see the module's rules)."""
     base, fast = measured["default"], measured["onednn"]
@@ -149,18 +191,42 @@ def decide(measured: dict[str, dict[str, float]]) -> Choice:
     return Choice(True, f"oneDNN ({figures})")
 
 
+def decide_grid(loss: Choice, measured: dict[str, dict[str, float]]) -> Choice:
+    """``loss`` (the loss chunks' route), widened to the grid route when
+    :func:`measure_grid`'s figures for the step's products call for it."""
+    if not loss.onednn:
+        return loss
+    base, fast = measured["default"], measured["onednn"]
+    speedup = base["seconds"] / fast["seconds"] if fast["seconds"] > 0 else 0.0
+    figures = f"step products on the grid x{speedup:.2f}, relative error {fast['rel_error']:.1e}"
+    if fast["rel_error"] > MAX_REL_ERROR or speedup < MIN_GRID_SPEEDUP:
+        return Choice(True, f"{loss.reason}; the rest on MKL ({figures}, "
+                            f"needs x{MIN_GRID_SPEEDUP})")
+    return Choice(True, f"{loss.reason}; the rest on the oneDNN grid ({figures})", grid=True)
+
+
+def step_probe(model: torch.nn.Module) -> tuple[Shape, ...]:
+    """The decoder step's products at :data:`GRID_PROBE_ROWS` rows
+    (``Decoder.step_shapes``); () for a model without them (the reference model)."""
+    shapes = getattr(model.decoder, "step_shapes", None)
+    return shapes(GRID_PROBE_ROWS) if shapes is not None else ()
+
+
 def forced() -> str:
-    """``SEQ2SEQ_FP32_GEMM``, checked: auto (the default), onednn or default."""
+    """``SEQ2SEQ_FP32_GEMM``, checked: auto (the default), grid, onednn or default."""
     name = os.environ.get(ENV, "auto").strip().lower() or "auto"
     if name not in ROUTES:
-        raise ConfigError(f"{ENV}={name!r}: use auto, onednn or default")
+        raise ConfigError(f"{ENV}={name!r}: use auto, grid, onednn or default")
     return name
 
 
-def choose(device: torch.device, shapes: tuple[Shape, ...] | None) -> Choice:
-    """The route for the loss chunks' fp32 GEMMs of ``shapes``
-    (:func:`seq2seq.model.loss.chunk_shapes`; None: the model has no fused loss) on
-    ``device``; a GPU and a torch without oneDNN keep the default."""
+def choose(device: torch.device, shapes: tuple[Shape, ...] | None,
+           step: tuple[Shape, ...] = ()) -> Choice:
+    """The route for the fp32 GEMMs on ``device``: ``shapes`` are the loss chunks'
+    (:func:`seq2seq.model.loss.chunk_shapes`; None: the model has no fused loss, and
+    nothing is routed), ``step`` the decoder step's products
+    (:meth:`seq2seq.model.decoder.Decoder.step_shapes`; empty: no grid route). A GPU and
+    a torch without oneDNN keep the default."""
     if shapes is None:
         return Choice(False, "default (MKL): this model has no fused loss")
     name = forced()
@@ -170,5 +236,9 @@ def choose(device: torch.device, shapes: tuple[Shape, ...] | None) -> Choice:
     if name == "default":
         return Choice(False, f"default (MKL), {ENV}=default")
     if name == "onednn":
-        return Choice(True, f"oneDNN, {ENV}=onednn")
-    return decide(measure(shapes))
+        return Choice(True, f"oneDNN for the loss chunks, {ENV}=onednn")
+    if name == "grid":
+        return Choice(True, f"oneDNN for the loss chunks and the grid for the rest, {ENV}=grid",
+                      grid=True)
+    loss = decide(measure(shapes))
+    return decide_grid(loss, measure_grid(step)) if step and loss.onednn else loss

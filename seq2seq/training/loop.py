@@ -15,7 +15,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +61,25 @@ def choose_precision(run: Run) -> None:
 
 
 def choose_gemm(run: Run) -> gemm.Choice:
-    """The route of the fused loss's fp32 GEMMs (MKL or oneDNN, :mod:`seq2seq.model.gemm`),
+    """The route of the fp32 GEMMs (MKL, oneDNN or its grid, :mod:`seq2seq.model.gemm`),
     measured again on every start: it changes speed, not results, so a resumed run need
     not keep it."""
-    shapes = chunk_shapes(run.model)
-    choice = distributed.on_main(lambda: gemm.choose(run.device, shapes))
+    shapes, step = chunk_shapes(run.model), gemm.step_probe(run.model)
+    choice = distributed.on_main(lambda: gemm.choose(run.device, shapes, step))
     run.progress.fp32_gemm = choice.name
-    run.log.info("fp32 GEMMs of the fused loss: %s", choice.reason)
+    run.log.info("fp32 GEMMs: %s", choice.reason)
     return choice
+
+
+def bf16_route(run: Run, route: gemm.Choice) -> gemm.Choice:
+    """``route`` without the grid when training runs in bf16: its products are bf16, and
+    the grid's Python around every product would cost time for nothing."""
+    if not (run.bf16 and route.grid):
+        return route
+    route = replace(route, grid=False)
+    run.progress.fp32_gemm = route.name
+    run.log.info("fp32 GEMMs: training runs in bf16, so the grid route is off")
+    return route
 
 
 def training_pass(run: Run, batch: batching.Batch) -> Callable[[], None]:
@@ -301,8 +312,10 @@ def train_main(cfg: DictConfig) -> Path:
     """`seq2seq-train`: train one model into ``cfg.run_dir`` and return that folder."""
     run = setup(cfg)
     try:
-        with gemm.using(choose_gemm(run)):  # before the precision probe: it times fp32 passes
+        route = choose_gemm(run)
+        with gemm.using(route):  # the precision probe times fp32 passes on the chosen route
             choose_precision(run)
+        with gemm.using(bf16_route(run, route)):
             run.net = distributed.prepare(run)
             p = run_training(run)
         if run.stop.received:

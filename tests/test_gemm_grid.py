@@ -1,0 +1,93 @@
+"""seq2seq.model.gemm_grid: products padded onto a grid of shapes equal torch's own, forward
+and backward, keep the set of shapes small, and hand torch's kernels back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.model import gemm, gemm_grid
+
+pytestmark = pytest.mark.skipif(not gemm.available(), reason="this torch has no oneDNN matmul route")
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want).norm() / want.norm())
+
+
+def test_the_grid_rounds_up_by_at_most_an_eighth_and_keeps_model_sizes() -> None:
+    for d in range(1, gemm_grid.LIMIT + 1):
+        g = gemm_grid.grid(d)
+        assert d <= g and gemm_grid.grid(g) == g
+        assert g - d < 16 if d <= 64 else g <= d * 1.125
+    assert [gemm_grid.grid(d) for d in (1, 17, 64, 65, 256, 512, 768, 1024, 3000)] == \
+        [16, 32, 64, 72, 256, 512, 768, 1024, 3072]
+    sides = {gemm_grid.grid(d) for d in range(1, gemm_grid.LIMIT + 1)}
+    assert len(sides) == 52  # so a weight meets at most 52 row counts
+
+
+@pytest.mark.parametrize("m, k, n", [(37, 768, 768), (1, 5, 16), (61, 256, 768), (200, 70, 256),
+                                     (3, 5, 7), (100, 256, 8000)])
+def test_mm_and_addmm_equal_a_float64_product(m: int, k: int, n: int) -> None:
+    gen = torch.Generator().manual_seed(m + k + n)
+    a, b = torch.randn(m, k, generator=gen, dtype=torch.float64), torch.randn(k, n, generator=gen, dtype=torch.float64)
+    bias = torch.randn(n, generator=gen, dtype=torch.float64)
+    for bb in (b.float(), b.float().t().contiguous().t()):  # a weight is often a transposed view
+        got = gemm_grid.mm(a.float(), bb)
+        assert got.shape == (m, n) and got.is_contiguous()
+        assert _rel(got, a @ b) < 1e-5
+        got = gemm_grid.addmm(bias.float(), a.float(), bb, beta=0.5, alpha=2.0)
+        assert got.shape == (m, n) and _rel(got, 0.5 * bias + 2.0 * (a @ b)) < 1e-5
+    got = gemm_grid.mm(a.float().t().contiguous().t(), b.float())  # a transposed left side
+    assert _rel(got, a @ b) < 1e-5
+
+
+def test_off_grid_outputs_other_dtypes_and_large_sides_run_as_they_are() -> None:
+    start = dict(gemm_grid.calls)
+    gemm_grid.mm(torch.randn(5, 8), torch.randn(8, 7))  # 7 output columns: off the grid
+    gemm_grid.mm(torch.randn(5, 8, dtype=torch.float64), torch.randn(8, 16, dtype=torch.float64))
+    gemm_grid.mm(torch.randn(gemm_grid.LIMIT + 1, 8), torch.randn(8, 16))
+    gemm_grid.addmm(torch.randn(5, 16), torch.randn(5, 8), torch.randn(8, 16))  # a 2-d bias
+    assert gemm_grid.calls["as_is"] == start["as_is"] + 4 and gemm_grid.calls["grid"] == start["grid"]
+    gemm_grid.mm(torch.randn(5, 8), torch.randn(8, 16))
+    assert gemm_grid.calls["grid"] == start["grid"] + 1
+
+
+def test_a_layer_trains_the_same_on_the_grid() -> None:
+    """Forward and every gradient of linear -> tanh -> linear (autograd's backward
+    products go through the grid as well) equal the float64 computation."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(45, 70, generator=gen, dtype=torch.float64)
+    w1, b1 = torch.randn(256, 70, generator=gen, dtype=torch.float64), torch.randn(256, generator=gen, dtype=torch.float64)
+    w2 = torch.randn(48, 256, generator=gen, dtype=torch.float64)
+
+    def run(dtype: torch.dtype) -> list[torch.Tensor]:
+        leaves = [t.to(dtype).clone().requires_grad_() for t in (x, w1, b1, w2)]
+        out = F.linear(torch.tanh(F.linear(leaves[0], leaves[1], leaves[2])), leaves[3])
+        (out ** 2).sum().backward()
+        return [out.detach()] + [t.grad for t in leaves]
+
+    want = run(torch.float64)
+    start = dict(gemm_grid.calls)
+    with gemm_grid.on_grid():
+        got = run(torch.float32)
+    # on the grid: both forward products, grad w2 and the hidden layer's grad; as they
+    # are: grad w1 and grad x, whose 70 output columns are off the grid
+    assert gemm_grid.calls["grid"] == start["grid"] + 4
+    assert gemm_grid.calls["as_is"] == start["as_is"] + 2
+    for g, w in zip(got, want, strict=True):
+        assert _rel(g, w) < 1e-5
+
+
+def test_on_grid_gives_torchs_kernels_back_even_after_an_error() -> None:
+    a, b = torch.randn(9, 32), torch.randn(32, 16)
+    with pytest.raises(RuntimeError, match="boom"), gemm_grid.on_grid():
+        start = gemm_grid.calls["grid"]
+        torch.mm(a, b)
+        assert gemm_grid.calls["grid"] == start + 1
+        raise RuntimeError("boom")
+    start = gemm_grid.calls["grid"]
+    torch.mm(a, b), torch.addmm(torch.zeros(16), a, b), F.linear(a, b.t())
+    assert gemm_grid.calls["grid"] == start
+    assert torch.backends.mkldnn.matmul.fp32_precision != "bf16"
