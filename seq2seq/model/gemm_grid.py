@@ -100,6 +100,8 @@ def on_grid() -> Iterator[None]:
     :func:`mm`/:func:`addmm`; torch's kernels are back when it ends, also on an error."""
     if _FLAGS is None:
         raise RuntimeError("this torch has no oneDNN fp32 matmul route")
+    # torch's scoped registration (a Library destroyed at exit restores the kernels it
+    # shadowed). It is private: tests check the hand-back on the torch `make install` pins
     with torch.library._scoped_library("aten", "IMPL") as lib:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Overriding a previously registered kernel"
