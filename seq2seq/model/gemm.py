@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +60,7 @@ GRID_PROBE_ROUNDS = 25  # small products: more rounds for a steady median
 GRID_PROBE_ROWS = 61  # off the grid, so the probe pays the padding as training does
 PROBE_ROUNDS = 5  # timed products per route and shape, after one warm-up each
 Shape = tuple[int, int, int]  # (M, K, N) of an (M, K) @ (K, N) product
+Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -88,17 +89,6 @@ def available() -> bool:
 
 
 @contextlib.contextmanager
-def _flag(onednn: bool) -> Iterator[None]:
-    flags = torch.backends.mkldnn.matmul
-    before = flags.fp32_precision
-    flags.fp32_precision = "bf16" if onednn else "none"
-    try:
-        yield
-    finally:
-        flags.fp32_precision = before
-
-
-@contextlib.contextmanager
 def using(choice: Choice) -> Iterator[None]:
     """Products under :func:`recurring` take ``choice``'s route inside the block, and
     with the grid route every other CPU product of the process goes on the grid."""
@@ -116,71 +106,66 @@ def recurring() -> contextlib.AbstractContextManager:
     the active choice says so (each new shape costs oneDNN a kernel build and a cache
     entry, so nothing else should)."""
     if _active.onednn and available():
-        return _flag(True)
+        return gemm_grid.flag(True)
     return contextlib.nullcontext()
 
 
-def _product_error(a: torch.Tensor, b: torch.Tensor) -> float:
+def _product_error(a: torch.Tensor, b: torch.Tensor, product: Product = torch.mm) -> float:
     exact = a.double() @ b.double()
-    return float((a @ b).double().sub_(exact).norm() / exact.norm())
+    return float(product(a, b).double().sub_(exact).norm() / exact.norm())
 
 
-def _seconds(a: torch.Tensor, b: torch.Tensor) -> float:
-    start = time.perf_counter()
-    torch.mm(a, b)
-    return time.perf_counter() - start
-
-
-def measure(shapes: tuple[Shape, ...], rounds: int = PROBE_ROUNDS) -> dict[str, dict[str, float]]:
-    """For each route (``default``, ``onednn``): the largest relative error of its
-    products against float64 and the summed median seconds over ``shapes``. Timed
-    alternately, so a machine that slows down mid-probe slows both routes."""
+def _probe(shapes: tuple[Shape, ...], rounds: int,
+           routes: dict[str, tuple[Callable[[], contextlib.AbstractContextManager], Product]]
+           ) -> dict[str, dict[str, float]]:
+    """For each route name -> (context it runs in, product): the largest relative error
+    of its products against float64 and the summed median seconds over ``shapes``.
+    Timed alternately, so a machine that slows down mid-probe slows every route."""
     gen = torch.Generator().manual_seed(0)  # not the global RNG: seeded runs stay identical
-    out = {name: {"rel_error": 0.0, "seconds": 0.0} for name in ("default", "onednn")}
+    out = {name: {"rel_error": 0.0, "seconds": 0.0} for name in routes}
     for m, k, n in shapes:
         a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
-        times: dict[str, list[float]] = {name: [] for name in out}
-        for name in out:  # warm-up: oneDNN builds its kernel for the shape
-            with _flag(name == "onednn"):
-                out[name]["rel_error"] = max(out[name]["rel_error"], _product_error(a, b))
+        times: dict[str, list[float]] = {name: [] for name in routes}
+        for name, (context, product) in routes.items():  # also the warm-up: kernels are built
+            with context():
+                out[name]["rel_error"] = max(out[name]["rel_error"], _product_error(a, b, product))
         for _ in range(rounds):
-            for name in out:
-                with _flag(name == "onednn"):
-                    times[name].append(_seconds(a, b))
+            for name, (context, product) in routes.items():
+                with context():
+                    start = time.perf_counter()
+                    product(a, b)
+                    times[name].append(time.perf_counter() - start)
         for name, t in times.items():
             out[name]["seconds"] += sorted(t)[len(t) // 2]
     return out
+
+
+def measure(shapes: tuple[Shape, ...], rounds: int = PROBE_ROUNDS) -> dict[str, dict[str, float]]:
+    """:func:`_probe`'s figures for ``shapes`` on MKL (``default``) and through oneDNN
+    as they are (``onednn``)."""
+    return _probe(shapes, rounds, {"default": (lambda: gemm_grid.flag(False), torch.mm),
+                                   "onednn": (lambda: gemm_grid.flag(True), torch.mm)})
 
 
 def measure_grid(shapes: tuple[Shape, ...], rounds: int = GRID_PROBE_ROUNDS
                  ) -> dict[str, dict[str, float]]:
-    """:func:`measure`'s figures for ``shapes`` multiplied by MKL as they are
+    """:func:`_probe`'s figures for ``shapes`` multiplied by MKL as they are
     (``default``) and padded onto the grid through oneDNN (``onednn``,
     :func:`seq2seq.model.gemm_grid.mm`)."""
-    gen = torch.Generator().manual_seed(0)
-    out = {name: {"rel_error": 0.0, "seconds": 0.0} for name in ("default", "onednn")}
-    routes = {"default": torch.mm, "onednn": gemm_grid.mm}
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
-        exact = a.double() @ b.double()
-        times: dict[str, list[float]] = {name: [] for name in out}
-        for name, fn in routes.items():
-            err = float((fn(a, b).double() - exact).norm() / exact.norm())  # also the warm-up
-            out[name]["rel_error"] = max(out[name]["rel_error"], err)
-        for _ in range(rounds):
-            for name, fn in routes.items():
-                start = time.perf_counter()
-                fn(a, b)
-                times[name].append(time.perf_counter() - start)
-        for name, t in times.items():
-            out[name]["seconds"] += sorted(t)[len(t) // 2]
-    return out
+    return _probe(shapes, rounds, {"default": (contextlib.nullcontext, torch.mm),
+                                   "onednn": (contextlib.nullcontext, gemm_grid.mm)})
+
+
+def _speedup(measured: dict[str, dict[str, float]]) -> float:
+    """MKL's seconds over oneDNN's in :func:`_probe`'s figures (0 if oneDNN took none)."""
+    fast = measured["onednn"]["seconds"]
+    return measured["default"]["seconds"] / fast if fast > 0 else 0.0
 
 
 def decide(measured: dict[str, dict[str, float]]) -> Choice:
     """The route :func:`measure`'s figures call for (see the module's rules)."""
     base, fast = measured["default"], measured["onednn"]
-    speedup = base["seconds"] / fast["seconds"] if fast["seconds"] > 0 else 0.0
+    speedup = _speedup(measured)
     figures = (f"{base['seconds'] * 1e3:.1f} ms with MKL, {fast['seconds'] * 1e3:.1f} ms "
                f"with oneDNN, x{speedup:.2f}; relative error {fast['rel_error']:.1e} "
                f"against {base['rel_error']:.1e}")
@@ -196,8 +181,7 @@ def decide_grid(loss: Choice, measured: dict[str, dict[str, float]]) -> Choice:
     :func:`measure_grid`'s figures for the step's products call for it."""
     if not loss.onednn:
         return loss
-    base, fast = measured["default"], measured["onednn"]
-    speedup = base["seconds"] / fast["seconds"] if fast["seconds"] > 0 else 0.0
+    fast, speedup = measured["onednn"], _speedup(measured)
     figures = f"step products on the grid x{speedup:.2f}, relative error {fast['rel_error']:.1e}"
     if fast["rel_error"] > MAX_REL_ERROR or speedup < MIN_GRID_SPEEDUP:
         return Choice(True, f"{loss.reason}; the rest on MKL ({figures}, "

@@ -57,9 +57,11 @@ def _pad(t: Tensor, rows: int, cols: int) -> Tensor:
 
 
 @contextlib.contextmanager
-def _onednn() -> Iterator[None]:
+def flag(onednn: bool) -> Iterator[None]:
+    """Inside the block, fp32 mm/addmm go through oneDNN (``onednn``) or torch's default
+    (MKL); the setting found is restored after."""
     before = _FLAGS.fp32_precision
-    _FLAGS.fp32_precision = "bf16"  # routes fp32 to oneDNN; callers checked it stays fp32
+    _FLAGS.fp32_precision = "bf16" if onednn else "none"  # "bf16" only routes: callers check fp32
     try:
         yield
     finally:
@@ -75,7 +77,7 @@ def mm(a: Tensor, b: Tensor) -> Tensor:
     calls["grid"] += 1
     m, k = grid(a.size(0)), grid(a.size(1))
     out = a.new_empty(m, n)
-    with _onednn():
+    with flag(True):
         torch.mm(_pad(a, m, k), _pad(b, k, n), out=out)
     return out[:a.size(0)]
 
@@ -89,7 +91,7 @@ def addmm(bias: Tensor, a: Tensor, b: Tensor, *, beta: float = 1, alpha: float =
     calls["grid"] += 1
     m, k = grid(a.size(0)), grid(a.size(1))
     out = a.new_empty(m, n)
-    with _onednn():
+    with flag(True):
         torch.addmm(bias, _pad(a, m, k), _pad(b, k, n), beta=beta, alpha=alpha, out=out)
     return out[:a.size(0)]
 
