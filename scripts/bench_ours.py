@@ -15,7 +15,7 @@ import resource
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,35 +217,46 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
     run = make_run(cfg, bench)
+    os.environ[gemm.BF16_ENV] = settings.get("bf16_gemm", "auto")
     route = gemm.choose(run.device, chunk_shapes(run.model), gemm.step_probe(run.model))
-    if settings["precision"] == "bf16":  # as seq2seq-train's bf16_route; under auto the grid
-        route = replace(route, grid=False)  # stays on if bf16 wins (a little slower, never faster)
-    with gemm.using(route):  # before the precision probe, as in seq2seq-train
-        row = _measure(run, bench, arm, settings)
+    row = _measure(run, bench, arm, settings, route)
     row["denormals_flushed"] = flushed
-    row["fp32_gemm"], row["fp32_gemm_reason"] = route.name, route.reason
     return row
 
 
-def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """measure_arm's timings, FLOPs, profile and decoding of ``run``."""
+def _resolve(run: Run, batch: batching.Batch, settings: dict[str, Any], route: gemm.Choice
+             ) -> tuple[str, gemm.Choice]:
+    """(the precision's reason, the GEMM route), resolved as seq2seq-train does: the
+    precision probe times fp32 on ``route``, and bf16 training takes gemm.for_bf16's route."""
+    reason = f"{'bf16' if run.bf16 else 'fp32'} (train.precision={run.cfg.train.precision})"
+    if settings["precision"] == "auto":
+        with gemm.using(route):
+            run.bf16, reason = resolve_auto(run, batch)
+    return reason, gemm.for_bf16(route, run.device, run.model) if run.bf16 else route
+
+
+def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
+             route: gemm.Choice) -> dict[str, Any]:
+    """measure_arm's timings, FLOPs, profile and decoding of ``run``, its fp32 GEMMs on ``route``."""
     cfg, d = run.cfg, bench.data
     need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
     batches = [batching.collate(d.train, i) for i in idx[:need]]
-    reason = f"{'bf16' if run.bf16 else 'fp32'} (train.precision={cfg.train.precision})"
-    if settings["precision"] == "auto":
-        run.bf16, reason = resolve_auto(run, batches[0])
+    reason, route = _resolve(run, batches[0], settings, route)
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
     row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "precision": reason,
                            "params": count_parameters(run.model),
-                           "batch": batch_stats(batches)}
-    row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
-                                 settings["per_repeat"])
-    row.update(count_flops(run, batches[0]))
-    if settings.get("profile", 0):
-        row["profile"] = profile_steps(run, batches[-settings["profile"]:])
-    if settings.get("decode", True):
+                           "batch": batch_stats(batches),
+                           "fp32_gemm": route.name, "fp32_gemm_reason": route.reason}
+    if run.bf16:
+        row["bf16_gemm"], row["bf16_gemm_reason"] = route.bf16_name, route.bf16_reason
+    with gemm.using(route):
+        row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
+                                     settings["per_repeat"])
+        row.update(count_flops(run, batches[0]))
+        if settings.get("profile", 0):
+            row["profile"] = profile_steps(run, batches[-settings["profile"]:])
+    if settings.get("decode", True):  # off the route, as seq2seq-translate and -evaluate decode
         model, trained = run.model, settings.get("decode_runs", {}).get(arm)
         if trained:  # an untrained model's outputs run to the length cap: time a trained one
             from seq2seq.runs.checkpoint import load_model

@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dnn-loss", action="store_true",
                    help="also time our training with only the fused loss's fp32 GEMMs through "
                         "oneDNN (route onednn; rows ARM+dnnloss, training only, every round)")
+    p.add_argument("--bf16-as-is", action="store_true",
+                   help="also time our training in bf16 with its products as they are, off the "
+                        "grid (SEQ2SEQ_BF16_GEMM=default; rows ARM+bf16asis, training only, "
+                        "every round)")
     p.add_argument("--mkl", action="store_true",
                    help="also time our training with fp32 GEMMs on the default route (MKL; rows "
                         "'ARM+mkl', training only), in every round")
@@ -219,6 +223,9 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     if args.dnn_loss:
         out.append(("+dnnloss", {**settings_of(args, "fp32"), "fp32_gemm": "onednn",
                                  "decode": False, "profile": 0}))
+    if args.bf16_as_is:
+        out.append(("+bf16asis", {**settings_of(args, "bf16"), "bf16_gemm": "default",
+                                  "decode": False, "profile": 0}))
     if args.mkl:
         out.append(("+mkl", {**settings_of(args, "fp32"), "fp32_gemm": "default", "decode": False,
                              "profile": 0}))
@@ -256,10 +263,11 @@ HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':
 
 
 def precision_label(row: dict[str, Any]) -> str:
-    """bf16, fp32 (MKL GEMMs), fp32+dnn (the loss chunks' GEMMs through oneDNN) or
-    fp32+grid (those and the rest on oneDNN's grid, seq2seq.model.gemm_grid)."""
+    """bf16 (bf16+grid: its products on the grid), fp32 (MKL GEMMs), fp32+dnn (the loss
+    chunks' GEMMs through oneDNN) or fp32+grid (those and the rest on oneDNN's grid,
+    seq2seq.model.gemm_grid)."""
     if row["bf16"]:
-        return "bf16"
+        return "bf16+grid" if row.get("bf16_gemm") == "grid" else "bf16"
     return {"onednn": "fp32+dnn", "grid": "fp32+grid"}.get(row.get("fp32_gemm", ""), "fp32")
 
 
@@ -320,7 +328,7 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
     results["round_ratios"].update({  # our other precisions against the same JoeyNMT rounds
         arm + suffix: [o / j for o, j in zip(ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"],
                                              joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey for suffix in ("+fp32", "+bf16", "+dnnloss", "+mkl")
+        for arm in joey for suffix in ("+fp32", "+bf16", "+bf16asis", "+dnnloss", "+mkl")
         if arm + suffix in ours})
     if onmt:
         results["onmt"]["round_ratios"] = {

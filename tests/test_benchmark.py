@@ -52,12 +52,15 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
 
 def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_path):
     """--precision auto: each row says which precision it ran in and why, and the
-    fraction of the matmul rate is taken against that precision's rate."""
+    fraction of the matmul rate is taken against that precision's rate. --bf16-as-is:
+    bf16 rows whose products stay off the grid."""
+    from seq2seq.runtime import bf16_supported
+
     out = tmp_path / "bench.json"
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     benchmark.main(["--quick", "--no-joey", "--arms", "bahdanau", "--batch-tokens", "200",
-                    "--matmul-size", "256", "--precision", "auto", "--work", str(tmp_path),
-                    "--json", str(out), *data])
+                    "--matmul-size", "256", "--precision", "auto", "--bf16-as-is", "--work",
+                    str(tmp_path), "--json", str(out), *data])
     res = json.loads(out.read_text())
     row = res["ours"]["bahdanau"]
     assert row["precision"].startswith("bf16" if row["bf16"] else "fp32")
@@ -66,6 +69,13 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
         row["achieved_flops_per_s"] / benchmark.ceiling_of(row, res["matmul"]))
     fp32 = res["ours"]["bahdanau+fp32"]  # the same run's fp32 speed, training only
     assert fp32["bf16"] is False and fp32["train"]["tgt_tok_per_s"] > 0 and "greedy" not in fp32
+    assert "bf16_gemm" not in fp32 and ("bf16_gemm" in row) is row["bf16"]
+    as_is = res["ours"]["bahdanau+bf16asis"]
+    assert as_is["bf16"] is bf16_supported(torch.device("cpu")) and "greedy" not in as_is
+    if as_is["bf16"]:
+        assert as_is["bf16_gemm"] == "as_is" and "SEQ2SEQ_BF16_GEMM=default" in as_is["bf16_gemm_reason"]
+        assert benchmark.precision_label(as_is) == "bf16"
+        assert benchmark.precision_label({**as_is, "bf16_gemm": "grid"}) == "bf16+grid"
 
 
 def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):

@@ -91,3 +91,40 @@ def test_on_grid_gives_torchs_kernels_back_even_after_an_error() -> None:
     torch.mm(a, b), torch.addmm(torch.zeros(16), a, b), F.linear(a, b.t())
     assert gemm_grid.calls["grid"] == start
     assert torch.backends.mkldnn.matmul.fp32_precision != "bf16"
+
+
+def test_bf16_products_take_the_grid_only_where_accepted_and_equal_torchs() -> None:
+    """bf16 products padded onto the grid equal torch's bf16 product of the same inputs
+    (both accumulate in fp32, so they differ by the output's bf16 rounding at most)."""
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(61, 256, generator=gen).bfloat16(), torch.randn(256, 768, generator=gen).bfloat16()
+    bias = torch.randn(768, generator=gen).bfloat16()
+    want = a.double() @ b.double()
+    start = dict(gemm_grid.calls)
+    gemm_grid.mm(a, b)  # fp32 only outside a block
+    assert gemm_grid.calls["as_is"] == start["as_is"] + 1 and gemm_grid.calls["grid"] == start["grid"]
+    with gemm_grid.accepting((torch.bfloat16,)):
+        got = gemm_grid.mm(a, b)
+        got_add = gemm_grid.addmm(bias, a, b)
+        gemm_grid.mm(a.float(), b.float())  # and so does fp32, not accepted here
+    assert gemm_grid.calls["grid"] == start["grid"] + 2
+    assert gemm_grid.calls["as_is"] == start["as_is"] + 2
+    assert got.dtype == torch.bfloat16 and got.shape == (61, 768)
+    plain = torch.mm(a, b).double()
+    assert _rel(got, want) < 1e-2 and _rel(got, plain) < 1e-2
+    assert _rel(got_add, want + bias.double()) < 1e-2
+    assert gemm_grid._accepted == (torch.float32,)  # the setting is restored
+
+
+def test_on_grid_routes_bf16_autocast_products_of_a_layer() -> None:
+    gen = torch.Generator().manual_seed(4)
+    x, w = torch.randn(45, 64, generator=gen), torch.randn(256, 64, generator=gen, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = F.linear(x, w)
+    start = gemm_grid.calls["grid"]
+    with gemm_grid.on_grid((torch.bfloat16,)), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = F.linear(x, w)
+        got.float().sum().backward()  # grad w: (256, 45) @ (45, 64), on the grid too
+    assert gemm_grid.calls["grid"] == start + 2
+    assert got.dtype == torch.bfloat16 and _rel(got, want.double()) < 1e-2
+    assert _rel(w.grad, x.sum(0).double().expand(256, 64)) < 1e-2

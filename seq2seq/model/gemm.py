@@ -29,10 +29,17 @@ and then takes the grid route too only when the decoder step's products, padded 
 grid's way, are faster still by :data:`MIN_GRID_SPEEDUP` (padding, the copies and the
 Python glue around each product cost part of the gain).
 
+Training in bf16 leaves no fp32 products, and torch sends bf16 products to oneDNN
+anyway; there the grid only bounds the kernel builds (:func:`for_bf16`). Its probe,
+:func:`measure_cold`, multiplies the step's products for a run of consecutive row
+counts (as the packed decoder loop's shrinking batches meet them), each shape once, as
+they are and on the grid: kernel builds included, which is what the grid saves.
+
 The probe draws from its own random generator: the global RNG, and so a seeded run's
 dropout and batch order, is the same whichever route is chosen. ``SEQ2SEQ_FP32_GEMM``
 (``auto``, ``grid``, ``onednn``, ``default``) overrides the choice, for benchmarks and for
-comparing the two routes; it is read here and nowhere else. Commands apply a choice with
+comparing the two routes, and ``SEQ2SEQ_BF16_GEMM`` (``auto``, ``grid``, ``default``) the
+bf16 one; they are read here and nowhere else. Commands apply a choice with
 :func:`using`, which restores what it found.
 """
 
@@ -42,7 +49,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -59,6 +66,12 @@ MIN_GRID_SPEEDUP = 1.25  # a judgement: on machine B the probe read x1.3-1.8 whe
 GRID_PROBE_ROUNDS = 25  # small products: more rounds for a steady median
 GRID_PROBE_ROWS = 61  # off the grid, so the probe pays the padding as training does
 PROBE_ROUNDS = 5  # timed products per route and shape, after one warm-up each
+BF16_ENV = "SEQ2SEQ_BF16_GEMM"
+BF16_ROUTES = ("auto", "grid", "default")
+BF16_MAX_REL_ERROR = 1e-2  # bf16 inputs err by ~3e-3 either way; the grid only adds zeros
+# a judgement: 32 consecutive row counts (32 shapes as they are, 4 on the grid), above a
+# 3000-token batch's ~95 sentences so the precision probe's pass has not built them
+BF16_PROBE_ROWS = tuple(range(97, 129))
 Shape = tuple[int, int, int]  # (M, K, N) of an (M, K) @ (K, N) product
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -72,10 +85,22 @@ class Choice:
     onednn: bool
     reason: str
     grid: bool = False
+    bf16_grid: bool = False  # bf16 products (training in bf16) on the grid too
+    bf16_reason: str = ""
 
     @property
     def name(self) -> str:
         return "grid" if self.grid else "onednn" if self.onednn else "default"
+
+    @property
+    def bf16_name(self) -> str:
+        return "grid" if self.bf16_grid else "as_is"
+
+    @property
+    def grid_dtypes(self) -> tuple[torch.dtype, ...]:
+        """The dtypes whose products this route puts on the grid."""
+        return tuple(dtype for dtype, on in ((torch.float32, self.grid),
+                                             (torch.bfloat16, self.bf16_grid)) if on)
 
 
 DEFAULT = Choice(False, "default (MKL)")
@@ -95,7 +120,8 @@ def using(choice: Choice) -> Iterator[None]:
     global _active
     before, _active = _active, choice
     try:
-        with gemm_grid.on_grid() if choice.grid and available() else contextlib.nullcontext():
+        dtypes = choice.grid_dtypes if available() else ()
+        with gemm_grid.on_grid(dtypes) if dtypes else contextlib.nullcontext():
             yield
     finally:
         _active = before
@@ -156,6 +182,31 @@ def measure_grid(shapes: tuple[Shape, ...], rounds: int = GRID_PROBE_ROUNDS
                                    "onednn": (contextlib.nullcontext, gemm_grid.mm)})
 
 
+def measure_cold(shapes_of: Callable[[int], tuple[Shape, ...]],
+                 rows: tuple[int, ...] = BF16_PROBE_ROWS) -> dict[str, dict[str, float]]:
+    """Seconds of one pass of bf16 products over ``shapes_of(r)`` for every ``r`` in
+    ``rows``, each shape met once (kernel builds included): as they are (``default``)
+    and on the grid (``onednn``), with the larger relative error of the two against
+    float64. The grid goes first, so shapes it builds that equal later ones as they are
+    favour the default, never the grid."""
+    gen = torch.Generator().manual_seed(0)  # not the global RNG: seeded runs stay identical
+    shapes = [shape for r in rows for shape in shapes_of(r)]
+    weights = {(k, n): torch.randn(k, n, generator=gen).bfloat16() for k, n in
+               sorted({(k, n) for _, k, n in shapes})}
+    pairs = [(torch.randn(m, k, generator=gen).bfloat16(), weights[(k, n)]) for m, k, n in shapes]
+    out = {}
+    for name, context, product in (("onednn", lambda: gemm_grid.accepting((torch.bfloat16,)),
+                                    gemm_grid.mm),
+                                   ("default", contextlib.nullcontext, torch.mm)):
+        with context():
+            start = time.perf_counter()
+            for a, b in pairs:
+                product(a, b)
+            seconds = time.perf_counter() - start
+            out[name] = {"seconds": seconds, "rel_error": _product_error(*pairs[-1], product)}
+    return out
+
+
 def _speedup(measured: dict[str, dict[str, float]]) -> float:
     """MKL's seconds over oneDNN's in :func:`_probe`'s figures (0 if oneDNN took none)."""
     fast = measured["onednn"]["seconds"]
@@ -189,6 +240,36 @@ def decide_grid(loss: Choice, measured: dict[str, dict[str, float]]) -> Choice:
     return Choice(True, f"{loss.reason}; the rest on the oneDNN grid ({figures})", grid=True)
 
 
+def decide_bf16(route: Choice, measured: dict[str, dict[str, float]]) -> Choice:
+    """``route`` with bf16 products on the grid when :func:`measure_cold`'s figures call
+    for it (as accurate, and :data:`MIN_GRID_SPEEDUP` faster)."""
+    fast, speedup = measured["onednn"], _speedup(measured)
+    figures = (f"a run of new step shapes took {measured['default']['seconds'] * 1e3:.0f} ms "
+               f"as they are, {fast['seconds'] * 1e3:.0f} ms on the grid, x{speedup:.2f}; "
+               f"relative error {fast['rel_error']:.1e} against "
+               f"{measured['default']['rel_error']:.1e}")
+    if fast["rel_error"] > BF16_MAX_REL_ERROR or speedup < MIN_GRID_SPEEDUP:
+        return replace(route, bf16_grid=False,
+                       bf16_reason=f"as they are ({figures}; the grid needs x{MIN_GRID_SPEEDUP})")
+    return replace(route, bf16_grid=True, bf16_reason=f"on the grid ({figures})")
+
+
+def for_bf16(route: Choice, device: torch.device, model: torch.nn.Module) -> Choice:
+    """``route`` for a run whose products are bf16 (training under bf16 autocast): the
+    fp32 grid off (no fp32 products are left for it), and the bf16 products on the grid
+    where :func:`measure_cold` shows it pays, or as ``SEQ2SEQ_BF16_GEMM`` says."""
+    route = replace(route, grid=False, bf16_grid=False)
+    name = forced(BF16_ENV, BF16_ROUTES)
+    shapes_of = getattr(model.decoder, "step_shapes", None)
+    if device.type != "cpu" or not available() or shapes_of is None:
+        return replace(route, bf16_reason=f"as they are (no grid for {device} or this model)")
+    if name != "auto":
+        return replace(route, bf16_grid=name == "grid",
+                       bf16_reason=f"{'on the grid' if name == 'grid' else 'as they are'}, "
+                                   f"{BF16_ENV}={name}")
+    return decide_bf16(route, measure_cold(shapes_of))
+
+
 def step_probe(model: torch.nn.Module) -> tuple[Shape, ...]:
     """The decoder step's products at :data:`GRID_PROBE_ROWS` rows
     (``Decoder.step_shapes``); () for a model without them (the reference model)."""
@@ -196,11 +277,12 @@ def step_probe(model: torch.nn.Module) -> tuple[Shape, ...]:
     return shapes(GRID_PROBE_ROWS) if shapes is not None else ()
 
 
-def forced() -> str:
-    """``SEQ2SEQ_FP32_GEMM``, checked: auto (the default), grid, onednn or default."""
-    name = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if name not in ROUTES:
-        raise ConfigError(f"{ENV}={name!r}: use auto, grid, onednn or default")
+def forced(env: str = ENV, routes: tuple[str, ...] = ROUTES) -> str:
+    """``env`` (``SEQ2SEQ_FP32_GEMM`` or ``SEQ2SEQ_BF16_GEMM``), checked against
+    ``routes``; auto when unset."""
+    name = os.environ.get(env, "auto").strip().lower() or "auto"
+    if name not in routes:
+        raise ConfigError(f"{env}={name!r}: use {', '.join(routes[:-1])} or {routes[-1]}")
     return name
 
 

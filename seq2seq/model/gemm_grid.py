@@ -1,4 +1,4 @@
-"""fp32 matrix products through oneDNN on a grid of shapes, so its kernel cache stays small.
+"""Matrix products through oneDNN on a grid of shapes, so its kernel cache stays small.
 
 oneDNN builds and caches one kernel per product shape (docs/performance.md#fp32-gemms-through-onednn).
 A training step meets ~100 shapes it has not met before: per-step batch sizes of the
@@ -17,6 +17,11 @@ The products are torch's own: :func:`on_grid` replaces the CPU kernels of ``aten
 and ``aten::addmm`` inside its block (autograd's backward products included) with
 :func:`mm` and :func:`addmm`, which call the ``out=`` overloads with oneDNN's flag set.
 No library offers this: oneDNN and torch key their caches on exact shapes.
+
+Which dtypes go on the grid is the caller's choice (:func:`on_grid`'s ``dtypes``): fp32
+products for the fp32 route, bf16 ones under bf16 autocast. torch sends bf16 CPU
+products to oneDNN anyway, so there the grid only bounds the kernel builds, each a
+few ms against well under 1 ms for a decoder step's product.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from torch import Tensor
 LIMIT = 4096  # larger sides run as they are: padding them would copy MBs per product
 _FLAGS = torch.backends.mkldnn.matmul if hasattr(torch.backends.mkldnn, "matmul") else None
 calls = {"grid": 0, "as_is": 0}  # how many products took each way (tests and diagnostics)
+_accepted: tuple[torch.dtype, ...] = (torch.float32,)  # dtypes mm/addmm put on the grid
 
 
 def grid(d: int) -> int:
@@ -43,7 +49,7 @@ def grid(d: int) -> int:
 
 def _fits(a: Tensor, b: Tensor, n: int) -> bool:
     """Whether a product (a @ b, n output columns) goes on the grid."""
-    return (a.dtype == b.dtype == torch.float32 and grid(n) == n
+    return (a.dtype == b.dtype and a.dtype in _accepted and grid(n) == n
             and min(a.size(0), a.size(1)) > 0 and max(a.size(0), a.size(1), n) <= LIMIT)
 
 
@@ -85,7 +91,7 @@ def mm(a: Tensor, b: Tensor) -> Tensor:
 def addmm(bias: Tensor, a: Tensor, b: Tensor, *, beta: float = 1, alpha: float = 1) -> Tensor:
     """beta * bias + alpha * a (M, K) @ b (K, N), bias (N,): on the grid when it fits."""
     n = b.size(1)
-    if bias.dim() != 1 or bias.dtype != torch.float32 or not _fits(a, b, n):
+    if bias.dim() != 1 or bias.dtype != a.dtype or not _fits(a, b, n):
         calls["as_is"] += 1
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha, out=a.new_empty(a.size(0), n))
     calls["grid"] += 1
@@ -97,9 +103,22 @@ def addmm(bias: Tensor, a: Tensor, b: Tensor, *, beta: float = 1, alpha: float =
 
 
 @contextlib.contextmanager
-def on_grid() -> Iterator[None]:
+def accepting(dtypes: tuple[torch.dtype, ...]) -> Iterator[None]:
+    """Inside the block, :func:`mm`/:func:`addmm` put products of ``dtypes`` on the grid
+    (fp32 only outside any block); the setting found is restored after."""
+    global _accepted
+    before, _accepted = _accepted, tuple(dtypes)
+    try:
+        yield
+    finally:
+        _accepted = before
+
+
+@contextlib.contextmanager
+def on_grid(dtypes: tuple[torch.dtype, ...] = (torch.float32,)) -> Iterator[None]:
     """Inside the block, every CPU ``mm``/``addmm`` of this process goes through
-    :func:`mm`/:func:`addmm`; torch's kernels are back when it ends, also on an error."""
+    :func:`mm`/:func:`addmm`, which put products of ``dtypes`` on the grid; torch's
+    kernels are back when it ends, also on an error."""
     if _FLAGS is None:
         raise RuntimeError("this torch has no oneDNN fp32 matmul route")
     # torch's scoped registration (a Library destroyed at exit restores the kernels it
@@ -109,4 +128,5 @@ def on_grid() -> Iterator[None]:
             warnings.simplefilter("ignore", UserWarning)  # "Overriding a previously registered kernel"
             lib.impl("mm", mm, "CPU")
             lib.impl("addmm", addmm, "CPU")
-        yield
+        with accepting(dtypes):
+            yield

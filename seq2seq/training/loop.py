@@ -15,7 +15,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +72,14 @@ def choose_gemm(run: Run) -> gemm.Choice:
 
 
 def bf16_route(run: Run, route: gemm.Choice) -> gemm.Choice:
-    """``route`` without the grid when training runs in bf16: its products are bf16, and
-    the grid's Python around every product would cost time for nothing."""
-    if not (run.bf16 and route.grid):
+    """``route`` as training in bf16 needs it (:func:`seq2seq.model.gemm.for_bf16`: no
+    fp32 grid, bf16 products on the grid where its probe shows it pays); ``route`` itself
+    in fp32."""
+    if not run.bf16:
         return route
-    route = replace(route, grid=False)
-    run.progress.fp32_gemm = route.name
-    run.log.info("fp32 GEMMs: training runs in bf16, so the grid route is off")
+    route = distributed.on_main(lambda: gemm.for_bf16(route, run.device, run.model))
+    run.progress.fp32_gemm, run.progress.bf16_gemm = route.name, route.bf16_name
+    run.log.info("bf16 GEMMs: %s", route.bf16_reason)
     return route
 
 
@@ -304,6 +305,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "attention": run.cfg.model.attention.name,
         "precision": p.precision,
         "fp32_gemm": p.fp32_gemm,
+        "bf16_gemm": p.bf16_gemm,
         **distributed.batch_record(run.cfg.train.batch_tokens),
     }
 

@@ -58,7 +58,8 @@ class Progress:
     src_tokens: int = 0
     stop_reason: str = ""
     precision: str = ""  # fp32 | bf16 as resolved at the start (train.precision=auto measures)
-    fp32_gemm: str = ""  # onednn | default: this start's route for fp32 GEMMs (seq2seq.model.gemm)
+    fp32_gemm: str = ""  # grid | onednn | default: this start's route for fp32 GEMMs (seq2seq.model.gemm)
+    bf16_gemm: str = ""  # grid | as_is in bf16 training, else "": the same for bf16 products
 
 
 @dataclass
