@@ -217,7 +217,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
     run = make_run(cfg, bench)
-    os.environ[gemm.BF16_ENV] = settings.get("bf16_gemm", "auto")
+    os.environ[gemm.BF16_ENV] = settings.get("bf16_gemm", "default")
     route = gemm.choose(run.device, chunk_shapes(run.model), gemm.step_probe(run.model))
     row = _measure(run, bench, arm, settings, route)
     row["denormals_flushed"] = flushed
@@ -232,7 +232,7 @@ def _resolve(run: Run, batch: batching.Batch, settings: dict[str, Any], route: g
     if settings["precision"] == "auto":
         with gemm.using(route):
             run.bf16, reason = resolve_auto(run, batch)
-    return reason, gemm.for_bf16(route, run.device, run.model) if run.bf16 else route
+    return reason, gemm.for_bf16(route, run.device) if run.bf16 else route
 
 
 def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],

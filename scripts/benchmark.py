@@ -75,10 +75,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dnn-loss", action="store_true",
                    help="also time our training with only the fused loss's fp32 GEMMs through "
                         "oneDNN (route onednn; rows ARM+dnnloss, training only, every round)")
-    p.add_argument("--bf16-as-is", action="store_true",
-                   help="also time our training in bf16 with its products as they are, off the "
-                        "grid (SEQ2SEQ_BF16_GEMM=default; rows ARM+bf16asis, training only, "
-                        "every round)")
+    p.add_argument("--bf16-grid", action="store_true",
+                   help="also time our training in bf16 with its products on the grid "
+                        "(SEQ2SEQ_BF16_GEMM=grid; rows ARM+bf16grid, training only, every round)")
     p.add_argument("--mkl", action="store_true",
                    help="also time our training with fp32 GEMMs on the default route (MKL; rows "
                         "'ARM+mkl', training only), in every round")
@@ -223,8 +222,8 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     if args.dnn_loss:
         out.append(("+dnnloss", {**settings_of(args, "fp32"), "fp32_gemm": "onednn",
                                  "decode": False, "profile": 0}))
-    if args.bf16_as_is:
-        out.append(("+bf16asis", {**settings_of(args, "bf16"), "bf16_gemm": "default",
+    if args.bf16_grid:
+        out.append(("+bf16grid", {**settings_of(args, "bf16"), "bf16_gemm": "grid",
                                   "decode": False, "profile": 0}))
     if args.mkl:
         out.append(("+mkl", {**settings_of(args, "fp32"), "fp32_gemm": "default", "decode": False,
@@ -328,7 +327,7 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -
     results["round_ratios"].update({  # our other precisions against the same JoeyNMT rounds
         arm + suffix: [o / j for o, j in zip(ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"],
                                              joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey for suffix in ("+fp32", "+bf16", "+bf16asis", "+dnnloss", "+mkl")
+        for arm in joey for suffix in ("+fp32", "+bf16", "+bf16grid", "+dnnloss", "+mkl")
         if arm + suffix in ours})
     if onmt:
         results["onmt"]["round_ratios"] = {

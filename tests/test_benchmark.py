@@ -52,14 +52,15 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
 
 def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_path):
     """--precision auto: each row says which precision it ran in and why, and the
-    fraction of the matmul rate is taken against that precision's rate. --bf16-as-is:
-    bf16 rows whose products stay off the grid."""
+    fraction of the matmul rate is taken against that precision's rate. --bf16-grid:
+    bf16 rows whose products go on the grid."""
+    from seq2seq.model import gemm
     from seq2seq.runtime import bf16_supported
 
     out = tmp_path / "bench.json"
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     benchmark.main(["--quick", "--no-joey", "--arms", "bahdanau", "--batch-tokens", "200",
-                    "--matmul-size", "256", "--precision", "auto", "--bf16-as-is", "--work",
+                    "--matmul-size", "256", "--precision", "auto", "--bf16-grid", "--work",
                     str(tmp_path), "--json", str(out), *data])
     res = json.loads(out.read_text())
     row = res["ours"]["bahdanau"]
@@ -70,12 +71,13 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
     fp32 = res["ours"]["bahdanau+fp32"]  # the same run's fp32 speed, training only
     assert fp32["bf16"] is False and fp32["train"]["tgt_tok_per_s"] > 0 and "greedy" not in fp32
     assert "bf16_gemm" not in fp32 and ("bf16_gemm" in row) is row["bf16"]
-    as_is = res["ours"]["bahdanau+bf16asis"]
-    assert as_is["bf16"] is bf16_supported(torch.device("cpu")) and "greedy" not in as_is
-    if as_is["bf16"]:
-        assert as_is["bf16_gemm"] == "as_is" and "SEQ2SEQ_BF16_GEMM=default" in as_is["bf16_gemm_reason"]
-        assert benchmark.precision_label(as_is) == "bf16"
-        assert benchmark.precision_label({**as_is, "bf16_gemm": "grid"}) == "bf16+grid"
+    on_grid = res["ours"]["bahdanau+bf16grid"]
+    assert on_grid["bf16"] is bf16_supported(torch.device("cpu")) and "greedy" not in on_grid
+    if on_grid["bf16"]:
+        assert on_grid["bf16_gemm"] == ("grid" if gemm.available() else "as_is")
+        assert benchmark.precision_label(on_grid) == ("bf16+grid" if gemm.available() else "bf16")
+    if row["bf16"]:  # auto chose bf16: its products as they are, the default
+        assert row["bf16_gemm"] == "as_is" and benchmark.precision_label(row) == "bf16"
 
 
 def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):

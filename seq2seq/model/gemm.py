@@ -30,16 +30,16 @@ grid's way, are faster still by :data:`MIN_GRID_SPEEDUP` (padding, the copies an
 Python glue around each product cost part of the gain).
 
 Training in bf16 leaves no fp32 products, and torch sends bf16 products to oneDNN
-anyway; there the grid only bounds the kernel builds (:func:`for_bf16`). Its probe,
-:func:`measure_cold`, multiplies the step's products for a run of consecutive row
-counts (as the packed decoder loop's shrinking batches meet them), each shape once, as
-they are and on the grid: kernel builds included, which is what the grid saves.
+anyway; there the grid can only save kernel builds, against its padding and Python.
+Measured on one CPU it helped one arm and slowed the other, while a probe of new step
+shapes favoured it for both (docs/performance.md#bf16-products-on-the-grid-stop-33), so
+bf16 products stay as they are unless ``SEQ2SEQ_BF16_GEMM=grid`` (:func:`for_bf16`).
 
 The probe draws from its own random generator: the global RNG, and so a seeded run's
 dropout and batch order, is the same whichever route is chosen. ``SEQ2SEQ_FP32_GEMM``
 (``auto``, ``grid``, ``onednn``, ``default``) overrides the choice, for benchmarks and for
-comparing the two routes, and ``SEQ2SEQ_BF16_GEMM`` (``auto``, ``grid``, ``default``) the
-bf16 one; they are read here and nowhere else. Commands apply a choice with
+comparing the two routes, and ``SEQ2SEQ_BF16_GEMM`` (``default``, ``grid``) the bf16
+one; they are read here and nowhere else. Commands apply a choice with
 :func:`using`, which restores what it found.
 """
 
@@ -67,11 +67,7 @@ GRID_PROBE_ROUNDS = 25  # small products: more rounds for a steady median
 GRID_PROBE_ROWS = 61  # off the grid, so the probe pays the padding as training does
 PROBE_ROUNDS = 5  # timed products per route and shape, after one warm-up each
 BF16_ENV = "SEQ2SEQ_BF16_GEMM"
-BF16_ROUTES = ("auto", "grid", "default")
-BF16_MAX_REL_ERROR = 1e-2  # bf16 inputs err by ~3e-3 either way; the grid only adds zeros
-# a judgement: 32 consecutive row counts (32 shapes as they are, 4 on the grid), above a
-# 3000-token batch's ~95 sentences so the precision probe's pass has not built them
-BF16_PROBE_ROWS = tuple(range(97, 129))
+BF16_ROUTES = ("default", "grid")
 Shape = tuple[int, int, int]  # (M, K, N) of an (M, K) @ (K, N) product
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -182,31 +178,6 @@ def measure_grid(shapes: tuple[Shape, ...], rounds: int = GRID_PROBE_ROUNDS
                                    "onednn": (contextlib.nullcontext, gemm_grid.mm)})
 
 
-def measure_cold(shapes_of: Callable[[int], tuple[Shape, ...]],
-                 rows: tuple[int, ...] = BF16_PROBE_ROWS) -> dict[str, dict[str, float]]:
-    """Seconds of one pass of bf16 products over ``shapes_of(r)`` for every ``r`` in
-    ``rows``, each shape met once (kernel builds included): as they are (``default``)
-    and on the grid (``onednn``), with the larger relative error of the two against
-    float64. The grid goes first, so shapes it builds that equal later ones as they are
-    favour the default, never the grid."""
-    gen = torch.Generator().manual_seed(0)  # not the global RNG: seeded runs stay identical
-    shapes = [shape for r in rows for shape in shapes_of(r)]
-    weights = {(k, n): torch.randn(k, n, generator=gen).bfloat16() for k, n in
-               sorted({(k, n) for _, k, n in shapes})}
-    pairs = [(torch.randn(m, k, generator=gen).bfloat16(), weights[(k, n)]) for m, k, n in shapes]
-    out = {}
-    for name, context, product in (("onednn", lambda: gemm_grid.accepting((torch.bfloat16,)),
-                                    gemm_grid.mm),
-                                   ("default", contextlib.nullcontext, torch.mm)):
-        with context():
-            start = time.perf_counter()
-            for a, b in pairs:
-                product(a, b)
-            seconds = time.perf_counter() - start
-            out[name] = {"seconds": seconds, "rel_error": _product_error(*pairs[-1], product)}
-    return out
-
-
 def _speedup(measured: dict[str, dict[str, float]]) -> float:
     """MKL's seconds over oneDNN's in :func:`_probe`'s figures (0 if oneDNN took none)."""
     fast = measured["onednn"]["seconds"]
@@ -240,34 +211,17 @@ def decide_grid(loss: Choice, measured: dict[str, dict[str, float]]) -> Choice:
     return Choice(True, f"{loss.reason}; the rest on the oneDNN grid ({figures})", grid=True)
 
 
-def decide_bf16(route: Choice, measured: dict[str, dict[str, float]]) -> Choice:
-    """``route`` with bf16 products on the grid when :func:`measure_cold`'s figures call
-    for it (as accurate, and :data:`MIN_GRID_SPEEDUP` faster)."""
-    fast, speedup = measured["onednn"], _speedup(measured)
-    figures = (f"a run of new step shapes took {measured['default']['seconds'] * 1e3:.0f} ms "
-               f"as they are, {fast['seconds'] * 1e3:.0f} ms on the grid, x{speedup:.2f}; "
-               f"relative error {fast['rel_error']:.1e} against "
-               f"{measured['default']['rel_error']:.1e}")
-    if fast["rel_error"] > BF16_MAX_REL_ERROR or speedup < MIN_GRID_SPEEDUP:
-        return replace(route, bf16_grid=False,
-                       bf16_reason=f"as they are ({figures}; the grid needs x{MIN_GRID_SPEEDUP})")
-    return replace(route, bf16_grid=True, bf16_reason=f"on the grid ({figures})")
-
-
-def for_bf16(route: Choice, device: torch.device, model: torch.nn.Module) -> Choice:
+def for_bf16(route: Choice, device: torch.device) -> Choice:
     """``route`` for a run whose products are bf16 (training under bf16 autocast): the
-    fp32 grid off (no fp32 products are left for it), and the bf16 products on the grid
-    where :func:`measure_cold` shows it pays, or as ``SEQ2SEQ_BF16_GEMM`` says."""
+    fp32 grid off (no fp32 products are left for it), and the bf16 products as they are
+    or, with ``SEQ2SEQ_BF16_GEMM=grid``, on the grid."""
     route = replace(route, grid=False, bf16_grid=False)
-    name = forced(BF16_ENV, BF16_ROUTES)
-    shapes_of = getattr(model.decoder, "step_shapes", None)
-    if device.type != "cpu" or not available() or shapes_of is None:
-        return replace(route, bf16_reason=f"as they are (no grid for {device} or this model)")
-    if name != "auto":
-        return replace(route, bf16_grid=name == "grid",
-                       bf16_reason=f"{'on the grid' if name == 'grid' else 'as they are'}, "
-                                   f"{BF16_ENV}={name}")
-    return decide_bf16(route, measure_cold(shapes_of))
+    name = forced(BF16_ENV, BF16_ROUTES, "default")
+    if device.type != "cpu" or not available():
+        return replace(route, bf16_reason=f"as they are (no grid for {device} in this torch)")
+    if name == "grid":
+        return replace(route, bf16_grid=True, bf16_reason=f"on the grid, {BF16_ENV}=grid")
+    return replace(route, bf16_reason=f"as they are ({BF16_ENV}=grid puts them on the grid)")
 
 
 def step_probe(model: torch.nn.Module) -> tuple[Shape, ...]:
@@ -277,10 +231,10 @@ def step_probe(model: torch.nn.Module) -> tuple[Shape, ...]:
     return shapes(GRID_PROBE_ROWS) if shapes is not None else ()
 
 
-def forced(env: str = ENV, routes: tuple[str, ...] = ROUTES) -> str:
+def forced(env: str = ENV, routes: tuple[str, ...] = ROUTES, unset: str = "auto") -> str:
     """``env`` (``SEQ2SEQ_FP32_GEMM`` or ``SEQ2SEQ_BF16_GEMM``), checked against
-    ``routes``; auto when unset."""
-    name = os.environ.get(env, "auto").strip().lower() or "auto"
+    ``routes``; ``unset`` when it is not set."""
+    name = os.environ.get(env, unset).strip().lower() or unset
     if name not in routes:
         raise ConfigError(f"{env}={name!r}: use {', '.join(routes[:-1])} or {routes[-1]}")
     return name

@@ -73,11 +73,11 @@ def choose_gemm(run: Run) -> gemm.Choice:
 
 def bf16_route(run: Run, route: gemm.Choice) -> gemm.Choice:
     """``route`` as training in bf16 needs it (:func:`seq2seq.model.gemm.for_bf16`: no
-    fp32 grid, bf16 products on the grid where its probe shows it pays); ``route`` itself
+    fp32 grid; bf16 products as they are unless SEQ2SEQ_BF16_GEMM=grid); ``route`` itself
     in fp32."""
     if not run.bf16:
         return route
-    route = distributed.on_main(lambda: gemm.for_bf16(route, run.device, run.model))
+    route = gemm.for_bf16(route, run.device)
     run.progress.fp32_gemm, run.progress.bf16_gemm = route.name, route.bf16_name
     run.log.info("bf16 GEMMs: %s", route.bf16_reason)
     return route
