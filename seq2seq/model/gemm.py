@@ -31,9 +31,10 @@ Python glue around each product cost part of the gain).
 
 Training in bf16 leaves no fp32 products, and torch sends bf16 products to oneDNN
 anyway; there the grid can only save kernel builds, against its padding and Python.
-Measured on one CPU it helped one arm and slowed the other, while a probe of new step
-shapes favoured it for both (docs/performance.md#bf16-products-on-the-grid-stop-33), so
-bf16 products stay as they are unless ``SEQ2SEQ_BF16_GEMM=grid`` (:func:`for_bf16`).
+On the one CPU measured it did not pay overall, while a probe of new step shapes
+favoured it (docs/performance.md#bf16-products-on-the-grid-stop-33), so bf16 products
+stay as they are unless ``SEQ2SEQ_BF16_GEMM=grid`` asks for it (:func:`for_bf16`; the
+benchmark's ``--bf16-grid`` rows time it beside the default on other CPUs).
 
 The probe draws from its own random generator: the global RNG, and so a seeded run's
 dropout and batch order, is the same whichever route is chosen. ``SEQ2SEQ_FP32_GEMM``

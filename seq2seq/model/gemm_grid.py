@@ -19,9 +19,9 @@ and ``aten::addmm`` inside its block (autograd's backward products included) wit
 No library offers this: oneDNN and torch key their caches on exact shapes.
 
 Which dtypes go on the grid is the caller's choice (:func:`on_grid`'s ``dtypes``): fp32
-products for the fp32 route, bf16 ones under bf16 autocast. torch sends bf16 CPU
-products to oneDNN anyway, so there the grid only bounds the kernel builds, each a
-few ms against well under 1 ms for a decoder step's product.
+products for the fp32 route, bf16 ones under bf16 autocast when asked
+(:func:`seq2seq.model.gemm.for_bf16`). torch sends bf16 CPU products to oneDNN anyway,
+so for them the grid only bounds the kernel builds.
 """
 
 from __future__ import annotations
