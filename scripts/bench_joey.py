@@ -32,8 +32,13 @@ FLUSHED = re.compile(r"DENORMALS_FLUSHED (True|False)")
 # `python -m joeynmt ARGS` that prints its own peak resident memory when it ends. With
 # BENCH_FLUSH_DENORMALS=1 it first sets flush-to-zero, before torch starts its worker
 # threads (they copy the flag from this thread), and prints whether every thread has it:
-# a matmul whose true result is denormal must come out all zero.
+# a matmul whose true result is denormal must come out all zero. With BENCH_TURNS set it
+# takes turns with our process (scripts/bench_turns.py; it runs in the repository root).
 PEAK_WRAPPER = ("import os, resource, runpy, sys\n"
+                "if os.environ.get('BENCH_TURNS'):\n"
+                "    sys.path.insert(0, os.path.join(os.getcwd(), 'scripts'))\n"
+                "    import bench_turns\n"
+                "    bench_turns.hook_joey()\n"
                 "if os.environ.get('BENCH_FLUSH_DENORMALS') == '1':\n"
                 "    import torch\n"
                 "    torch.set_flush_denormal(True)\n"

@@ -13,7 +13,9 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from bench_turns import ENV as TURNS_ENV  # noqa: E402
+from bench_turns import Turns  # noqa: E402
+
 from seq2seq.corpus import (  # noqa: E402
     batching,  # noqa: E402
     corpus_dir,
     load_corpus,
 )
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train  # noqa: E402
+from seq2seq.errors import Seq2SeqError  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters, gemm  # noqa: E402
 from seq2seq.model.loss import chunk_shapes  # noqa: E402
@@ -115,28 +121,35 @@ def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
 
 
 def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats: int,
-                  per_repeat: int) -> dict[str, Any]:
+                  per_repeat: int, turns: Turns | None = None) -> dict[str, Any]:
     """train.py's train_step (fwd + loss + bwd + clip + Adam) over real batches.
 
     The first ``warmup`` batches are not timed; then ``repeats`` groups of ``per_repeat``
     batches, each giving target and source tokens/s; the medians are reported.
+    ``turns`` (paired timing, scripts/bench_turns.py): called during a turn; the warm-up
+    ends it, each group is a turn of its own, and it returns in the last turn.
     """
+    turns = turns or Turns(None)
     need = warmup + repeats * per_repeat
     if len(batches) < need:
         batches = [batches[i % len(batches)] for i in range(need)]
     for b in batches[:warmup]:
         train_step(run, b)
+    turns.give()
     tgt_rates, src_rates, secs = [], [], []
     for r in range(repeats):
         group = batches[warmup + r * per_repeat: warmup + (r + 1) * per_repeat]
+        turns.take()
         start = time.perf_counter()
         for b in group:
             loss = train_step(run, b)
         float(loss)  # a no-op on CPU; on a GPU it waits for the queued work
         sec = time.perf_counter() - start
+        turns.give()
         secs.append(sec)
         tgt_rates.append(sum(b.n_tgt_tokens for b in group) / sec)
         src_rates.append(sum(b.n_src_tokens for b in group) / sec)
+    turns.take()
     return {"tgt_tok_per_s": statistics.median(tgt_rates), "src_tok_per_s": statistics.median(src_rates),
             "tgt_tok_per_s_repeats": tgt_rates, "src_tok_per_s_repeats": src_rates,
             "sec_per_repeat": secs, "batches_per_repeat": per_repeat, "warmup_batches": warmup}
@@ -207,7 +220,11 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     flush_denormals (train.flush_denormals, default true),
     warmup, repeats, per_repeat, decode_sentences, decode (bool), profile (batches under
     torch.profiler after the timing, 0 = none), decode_runs ({arm: run
-    folder} whose trained model is timed decoding; the run's tokenizers must be ours)."""
+    folder} whose trained model is timed decoding; the run's tokenizers must be ours).
+    With BENCH_TURNS set (scripts/bench_turns.py) it waits for its first turn, which covers
+    the start-up, the probes and the warm-up, and takes turns through the timed groups."""
+    turns = Turns(os.environ.get(TURNS_ENV))
+    turns.take()
     torch.set_num_threads(settings["threads"])
     os.environ[gemm.ENV] = settings.get("fp32_gemm", "auto")  # this child's route, as seq2seq-train's
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
@@ -219,7 +236,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     run = make_run(cfg, bench)
     os.environ[gemm.BF16_ENV] = settings.get("bf16_gemm", "default")
     route = gemm.choose(run.device, chunk_shapes(run.model), gemm.step_probe(run.model))
-    row = _measure(run, bench, arm, settings, route)
+    row = _measure(run, bench, arm, settings, route, turns)
     row["denormals_flushed"] = flushed
     return row
 
@@ -236,7 +253,7 @@ def _resolve(run: Run, batch: batching.Batch, settings: dict[str, Any], route: g
 
 
 def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
-             route: gemm.Choice) -> dict[str, Any]:
+             route: gemm.Choice, turns: Turns | None = None) -> dict[str, Any]:
     """measure_arm's timings, FLOPs, profile and decoding of ``run``, its fp32 GEMMs on ``route``."""
     cfg, d = run.cfg, bench.data
     need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
@@ -252,7 +269,7 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
         row["bf16_gemm"], row["bf16_gemm_reason"] = route.bf16_name, route.bf16_reason
     with gemm.using(route):
         row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
-                                     settings["per_repeat"])
+                                     settings["per_repeat"], turns)
         row.update(count_flops(run, batches[0]))
         if settings.get("profile", 0):
             row["profile"] = profile_steps(run, batches[-settings["profile"]:])
@@ -268,6 +285,25 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
         row["decode_sentences"] = len(bench.test_sources)
     row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
+
+
+def child_command(arm: str, settings: dict[str, Any], out: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that measure ``arm`` in a child process, writing ``out``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop(TURNS_ENV, None)  # a paired child gets its own folder from bench_turns.start
+    return ([sys.executable, str(Path(__file__).resolve()), "--arm", arm,
+             "--settings", json.dumps(settings), "--out", str(out)], env)
+
+
+def run_child(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """One arm in a fresh process, so ru_maxrss is that arm's peak alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "arm.json"
+        cmd, env = child_command(arm, settings, out)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Seq2SeqError(f"measuring arm {arm} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(out.read_text(encoding="utf-8"))
 
 
 def main() -> None:

@@ -35,17 +35,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import bench_joey
 import bench_onmt
 import bench_ours
+import bench_paired
 import bench_peers
+import bench_rounds
 import torch
 
 from seq2seq.errors import ConfigError, Seq2SeqError
@@ -100,6 +99,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="measure training speed this many times, ours and JoeyNMT's alternating "
                         "arm by arm; tokens/s and ratios are the medians over rounds (on a "
                         "shared machine the speed drifts by tens of percent within minutes)")
+    p.add_argument("--paired-rounds", type=int, default=0, metavar="N",
+                   help="after the rounds, N more of training speed where our main row and "
+                        "JoeyNMT run together, taking turns group by group (bench_paired.py): "
+                        "each pair measured seconds apart")
     p.add_argument("--decode-sentences", type=int, default=500,
                    help="test sentences decoded (every k-th of the split); 0 = the whole split")
     p.add_argument("--matmul-size", type=int, default=2048, help="n of the n x n x n ceiling matmul")
@@ -147,8 +150,12 @@ def check_args(args: argparse.Namespace) -> None:
     for name in ("threads", "batch_tokens", "repeats", "per_repeat", "matmul_size", "rounds"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
-    if min(args.warmup, args.decode_sentences, args.minutes, args.profile) < 0:
-        raise ConfigError("--warmup, --decode-sentences, --minutes and --profile must be >= 0")
+    if min(args.warmup, args.decode_sentences, args.minutes, args.profile, args.paired_rounds) < 0:
+        raise ConfigError("--warmup, --decode-sentences, --minutes, --profile and --paired-rounds "
+                          "must be >= 0")
+    if args.paired_rounds and (args.no_joey or not args.joey_arms):
+        raise ConfigError("--paired-rounds pairs our rows with JoeyNMT's: drop --no-joey and give "
+                          "--joey-arms")
     if min(args.mark_minutes or 0, args.mark_sentences or 0) < 0:
         raise ConfigError("--mark-minutes and --mark-sentences must be >= 0")
     ours_runs(args.ours_run)
@@ -173,20 +180,6 @@ def settings_of(args: argparse.Namespace, precision: str, flush_denormals: bool 
             "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
             "decode": True, "decode_runs": ours_runs(args.ours_run), "profile": args.profile,
             "fp32_gemm": args.fp32_gemm}
-
-
-def run_arm_child(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
-    """One arm in a fresh process, so ru_maxrss is that arm's peak alone."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "arm.json"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [str(bench_ours.ROOT), os.environ.get("PYTHONPATH", "")])}
-        cmd = [sys.executable, str(Path(bench_ours.__file__)), "--arm", arm,
-               "--settings", json.dumps(settings), "--out", str(out)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise Seq2SeqError(f"measuring arm {arm} failed:\n{proc.stderr[-3000:]}")
-        return json.loads(out.read_text(encoding="utf-8"))
 
 
 def ceiling(args: argparse.Namespace) -> dict[str, float]:
@@ -238,7 +231,7 @@ def measure_ours(args: argparse.Namespace, rates: dict[str, float]) -> dict[str,
     rows = {}
     for suffix, settings in variants(args):
         for arm in args.arms.split(","):
-            row = run_arm_child(arm, settings)
+            row = bench_ours.run_child(arm, settings)
             rate = ceiling_of(row, rates)
             row["achieved_flops_per_s"] = row["flops_per_tgt_token"] * row["train"]["tgt_tok_per_s"]
             row["fraction_of_matmul"] = row["achieved_flops_per_s"] / rate
@@ -268,72 +261,6 @@ def precision_label(row: dict[str, Any]) -> str:
     if row["bf16"]:
         return "bf16+grid" if row.get("bf16_gemm") == "grid" else "bf16"
     return {"onednn": "fp32+dnn", "grid": "fp32+grid"}.get(row.get("fp32_gemm", ""), "fp32")
-
-
-def _timed_series(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every training measurement that later rounds repeat: our rows, JoeyNMT's and its +ftz,
-    OpenNMT-py's."""
-    joey = results.get("joey", {}).get("arms", {})
-    onmt = results.get("onmt", {}).get("arms", {})
-    return ([row["train"] for row in results["ours"].values()]
-            + [row[key] for row in joey.values() for key in ("train", "train_ftz") if key in row]
-            + [row["train"] for row in onmt.values()])
-
-
-def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
-    """Rounds 2..N of training speed only, per arm ours (each variant) then JoeyNMT's, then
-    OpenNMT-py's, so each pair is measured minutes apart; every tokens/s becomes the median
-    over the rounds and ``round_ratios`` (JoeyNMT) and ``onmt.round_ratios`` keep
-    ours/theirs of every round."""
-    ours, joey = results["ours"], results.get("joey", {}).get("arms", {})
-    onmt = results.get("onmt", {}).get("arms", {})
-    for train in _timed_series(results):
-        train["tgt_tok_per_s_rounds"] = [train["tgt_tok_per_s"]]
-    warm = bench_peers.joey_warmup_windows(args)
-    for r in range(2, args.rounds + 1):
-        for arm in args.arms.split(","):
-            line = f"round {r}:"
-            for suffix, settings in variants(args):
-                settings = {**settings, "decode": False, "profile": 0}
-                row = run_arm_child(arm, settings)
-                rate = row["train"]["tgt_tok_per_s"]
-                ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"].append(rate)
-                ours[arm + suffix].setdefault("bf16_rounds", [ours[arm + suffix]["bf16"]]).append(
-                    row["bf16"])
-                line += f" ours {arm + suffix} {rate:.0f} ({'bf16' if row['bf16'] else 'fp32'}),"
-            for key in [k for k in ("train", "train_ftz") if k in joey.get(arm, {})]:
-                theirs = bench_joey.train(bench_peers.JOEY_CONFIGS[arm], work,
-                                          flush_denormals=key == "train_ftz",
-                                          warmup_windows=warm)["tgt_tok_per_s"]
-                joey[arm][key]["tgt_tok_per_s_rounds"].append(theirs)
-                mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
-                line += (f" JoeyNMT{'+ftz' if key == 'train_ftz' else ''} {theirs:.0f} "
-                         f"(x{mine / theirs:.2f}),")
-            if arm in onmt:
-                theirs = bench_onmt.train(bench_peers.ONMT_CONFIGS[arm], work, args.threads,
-                                          warmup_windows=warm)["tgt_tok_per_s"]
-                onmt[arm]["train"]["tgt_tok_per_s_rounds"].append(theirs)
-                mine = ours[arm]["train"]["tgt_tok_per_s_rounds"][-1]
-                line += f" OpenNMT-py {theirs:.0f} (x{mine / theirs:.2f}),"
-            print(line.rstrip(",") + " tgt tok/s", flush=True)
-    for train in _timed_series(results):
-        train["tgt_tok_per_s_round1"] = train["tgt_tok_per_s"]
-        train["tgt_tok_per_s"] = statistics.median(train["tgt_tok_per_s_rounds"])
-    results["round_ratios"] = {
-        arm + ("+ftz" if key == "train_ftz" else ""):
-            [o / j for o, j in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
-                                   joey[arm][key]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey if arm in ours for key in ("train", "train_ftz") if key in joey[arm]}
-    results["round_ratios"].update({  # our other precisions against the same JoeyNMT rounds
-        arm + suffix: [o / j for o, j in zip(ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"],
-                                             joey[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-        for arm in joey for suffix in ("+fp32", "+bf16", "+bf16grid", "+dnnloss", "+mkl")
-        if arm + suffix in ours})
-    if onmt:
-        results["onmt"]["round_ratios"] = {
-            arm: [o / t for o, t in zip(ours[arm]["train"]["tgt_tok_per_s_rounds"],
-                                        onmt[arm]["train"]["tgt_tok_per_s_rounds"], strict=True)]
-            for arm in onmt if arm in ours}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -367,7 +294,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if use_onmt:
         results["onmt"] = bench_peers.measure_onmt(args, work)
     if args.rounds > 1:
-        more_rounds(args, work, results)
+        bench_rounds.more_rounds(args, work, results, variants(args))
         print(f"training tgt tok/s, median of {args.rounds} rounds: " + ", ".join(
             f"{side} {arm} {row['train']['tgt_tok_per_s']:.0f}"
             for side, rows in (("ours", results["ours"]),
@@ -381,6 +308,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"ours/joey {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
         for arm, rs in results.get("onmt", {}).get("round_ratios", {}).items():
             print(f"ours/onmt {arm} training, per round: " + ", ".join(f"x{r:.2f}" for r in rs))
+    if use_joey and args.paired_rounds:
+        results["paired"] = bench_paired.measure_paired(args, work, settings_of(args, args.precision))
+        for arm, rec in results["paired"]["arms"].items():
+            print(f"ours/joey {arm} training, paired rounds: "
+                  + ", ".join(f"x{r:.2f}" for r in rec["ratios"]))
     if use_joey:
         results["ratios"] = bench_peers.ratios(results["ours"], results["joey"])
         bench_peers.print_ratios("ours/joey", results["ratios"])
