@@ -121,21 +121,27 @@ def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
 
 
 def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats: int,
-                  per_repeat: int, turns: Turns | None = None) -> dict[str, Any]:
+                  per_repeat: int, turns: Turns | None = None, warm_turns: int = 1
+                  ) -> dict[str, Any]:
     """train.py's train_step (fwd + loss + bwd + clip + Adam) over real batches.
 
     The first ``warmup`` batches are not timed; then ``repeats`` groups of ``per_repeat``
     batches, each giving target and source tokens/s; the medians are reported.
     ``turns`` (paired timing, scripts/bench_turns.py): called during a turn; the warm-up
-    ends it, each group is a turn of its own, and it returns in the last turn.
+    is split over ``warm_turns`` turns, each timed group is a turn of its own, and it
+    returns in the last turn.
     """
     turns = turns or Turns(None)
     need = warmup + repeats * per_repeat
     if len(batches) < need:
         batches = [batches[i % len(batches)] for i in range(need)]
-    for b in batches[:warmup]:
-        train_step(run, b)
-    turns.give()
+    cuts = [warmup * i // warm_turns for i in range(warm_turns + 1)]
+    for i in range(warm_turns):
+        if i:
+            turns.take()
+        for b in batches[cuts[i]:cuts[i + 1]]:
+            train_step(run, b)
+        turns.give()
     tgt_rates, src_rates, secs = [], [], []
     for r in range(repeats):
         group = batches[warmup + r * per_repeat: warmup + (r + 1) * per_repeat]
@@ -269,7 +275,7 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
         row["bf16_gemm"], row["bf16_gemm_reason"] = route.bf16_name, route.bf16_reason
     with gemm.using(route):
         row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
-                                     settings["per_repeat"], turns)
+                                     settings["per_repeat"], turns, settings.get("warm_turns", 1))
         row.update(count_flops(run, batches[0]))
         if settings.get("profile", 0):
             row["profile"] = profile_steps(run, batches[-settings["profile"]:])

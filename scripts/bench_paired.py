@@ -4,7 +4,8 @@ and JoeyNMT's matching logging window are measured seconds apart, not minutes.
 
 Per round and arm: our main row (the precision and GEMM route ``--precision`` gives) and
 JoeyNMT at the configuration of the first round; warm-up as in the other rounds (our
-``--warmup`` batches, JoeyNMT's whole logging windows covering them). The round's ratio is
+``--warmup`` batches, JoeyNMT's whole logging windows covering them), in as many turns
+on both sides. The round's ratio is
 our median over ``--repeats`` groups divided by JoeyNMT's median over as many windows,
 as in the other rounds; ``pair_ratios`` are the ratios of each group to its window.
 """
@@ -32,7 +33,8 @@ def pair(arm: str, settings: dict[str, Any], jcfg: dict[str, Any], work: Path, w
     """One paired measurement of ``arm``: (our child's row, JoeyNMT's train_result)."""
     folder = Path(tempfile.mkdtemp(prefix=f"paired_{arm}_", dir=work))
     ours_json = folder / "ours.json"
-    cmd, env = bench_ours.child_command(arm, {**settings, "decode": False, "profile": 0}, ours_json)
+    cmd, env = bench_ours.child_command(arm, {**settings, "decode": False, "profile": 0,
+                                              "warm_turns": warm}, ours_json)
     ours = bench_turns.start(f"ours {arm}", cmd, folder / "ours", env, folder / "ours.log")
     config = bench_joey.write_config(jcfg, folder / f"{jcfg['name']}.yaml")
     joey_log = folder / "joey.log"
@@ -41,7 +43,7 @@ def pair(arm: str, settings: dict[str, Any], jcfg: dict[str, Any], work: Path, w
         ["train", str(config), "--skip-test"]), folder / "joey", bench_joey.joey_env(), joey_log,
         cwd=bench_joey.ROOT)
     try:
-        bench_turns.conduct(ours, joey, 1, warm, repeats)
+        bench_turns.conduct(ours, joey, warm + repeats)
     except bench_turns.ChildFailed as err:
         raise Seq2SeqError(f"paired timing of {arm} failed: {err}") from err
     wall = time.perf_counter() - start

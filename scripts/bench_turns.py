@@ -4,9 +4,12 @@ On a shared machine the speed drifts by tens of percent within seconds (a fixed 
 matmul timed between training groups ranged 403-837 GFLOP/s in one minute on machine B,
 docs/performance.md). Timing ours and then JoeyNMT minutes apart puts that drift into
 every ratio. ``scripts/benchmark.py --paired-rounds N`` instead starts both at once and
-lets them run one at a time: our warm-up, JoeyNMT's warm-up windows, then our timed
+lets them run one at a time, alternating from the start: our first warm-up group,
+JoeyNMT's first (untimed) logging window, our second warm-up group, ..., then our timed
 group 1, JoeyNMT's timed window 1, our group 2, ... Each pair is measured seconds apart,
-and the process not running sleeps (it is never timed while the other runs).
+and the process not running sleeps (it is never timed while the other runs). The warm-up
+alternates too: after one whole warm-up before JoeyNMT's (four minutes asleep), our first
+timed group was the slowest of its round in 5 of 6 rounds (stop 34).
 
 The protocol uses plain files in a folder per child, so both sides need only the standard
 library (JoeyNMT's environment imports this file too): the conductor writes ``go.N`` to
@@ -127,17 +130,14 @@ def start(name: str, cmd: list[str], folder: Path, env: dict[str, str], log: Pat
     return Child(name, proc, folder, log)
 
 
-def conduct(first: Child, second: Child, first_warm: int, second_warm: int, pairs: int,
+def conduct(first: Child, second: Child, pairs: int,
             on_turn: Callable[[str, int, float], None] | None = None,
             timeout: float = 3600) -> None:
-    """Run two children turn by turn: ``first``'s ``first_warm`` warm-up turns, ``second``'s
-    ``second_warm``, then ``pairs`` times one turn of each, ``first`` first. Then ``second``
-    runs to its end alone, then ``first``. ``timeout``: seconds for any one turn and for each
-    child's end. A failure stops both."""
+    """Run two children turn by turn, ``first`` first, ``pairs`` turns each (warm-up turns
+    included: both keep the same rhythm from the start). Then ``second`` runs to its end
+    alone, then ``first``. ``timeout``: seconds for any one turn and for each child's end.
+    A failure stops both."""
     try:
-        for child, warm in ((first, first_warm), (second, second_warm)):
-            for _ in range(warm):
-                _report(on_turn, child, child.turn(timeout))
         for _ in range(pairs):
             for child in (first, second):
                 _report(on_turn, child, child.turn(timeout))

@@ -8,6 +8,8 @@
                                      # read every --mark-minutes (5); plot it with
                                      # scripts/plot_bleu_minutes.py
     ... --onmt-arms bahdanau,luong   # also OpenNMT-py 3.5.1 (`make onmt-env`), round by round
+    ... --paired-rounds 3            # also 3 rounds with ours and JoeyNMT taking turns
+                                     # group by group (scripts/bench_paired.py)
 
 Configuration (both toolkits): GRU, embeddings 256, hidden 256, bidirectional encoder,
 one layer, dropout 0.2, our 8k SentencePiece models per side, our length-filtered

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,10 @@ import json, os, sys, time
 sys.path.insert(0, {scripts!r})
 from bench_turns import ENV, Turns
 turns, log = Turns(os.environ[ENV]), []
-turns.take()
-time.sleep(0.05)  # start-up and warm-up
-turns.give()
+for _ in range({warm}):  # start-up and warm-up groups
+    turns.take()
+    time.sleep(0.05)
+    turns.give()
 for _ in range({repeats}):
     turns.take()
     start = time.time(); time.sleep(0.2); log.append([start, time.time()])
@@ -68,14 +70,13 @@ def _child(tmp_path: Path, name: str, code: str) -> bench_turns.Child:
 
 def test_children_take_turns_and_joey_windows_exclude_the_waits(tmp_path):
     warm, repeats = 3, 4
-    ours = _child(tmp_path, "ours", OURS.format(scripts=str(SCRIPTS), repeats=repeats,
+    ours = _child(tmp_path, "ours", OURS.format(scripts=str(SCRIPTS), warm=warm, repeats=repeats,
                                                 out=str(tmp_path / "ours.json")))
     joey = _child(tmp_path, "joey", JOEY.format(scripts=str(SCRIPTS), windows=warm + repeats,
                                                 out=str(tmp_path / "joey.json")))
     order = []
-    bench_turns.conduct(ours, joey, 1, warm, repeats, on_turn=lambda n, t, s: order.append((n, t)))
-    assert order == ([("ours", 0)] + [("joey", t) for t in range(warm)]
-                     + [x for r in range(repeats) for x in (("ours", r + 1), ("joey", warm + r))])
+    bench_turns.conduct(ours, joey, warm + repeats, on_turn=lambda n, t, s: order.append((n, t)))
+    assert order == [x for t in range(warm + repeats) for x in (("ours", t), ("joey", t))]
     groups = json.loads((tmp_path / "ours.json").read_text())
     windows = json.loads((tmp_path / "joey.json").read_text())
     assert len(groups) == repeats and len(windows) == warm + repeats
@@ -92,7 +93,7 @@ def test_a_child_that_dies_is_a_clear_error_and_the_other_is_stopped(tmp_path):
     ours = _child(tmp_path, "ours", "import sys; sys.exit(3)\n")
     joey = _child(tmp_path, "joey", "import time; time.sleep(60)\n")
     with pytest.raises(bench_turns.ChildFailed, match=r"ours exited \(status 3\) during turn 0"):
-        bench_turns.conduct(ours, joey, 1, 1, 1)
+        bench_turns.conduct(ours, joey, 1)
     assert joey.proc.poll() is not None  # killed, not left running
 
 
@@ -100,7 +101,7 @@ def test_a_child_that_never_ends_its_turn_times_out(tmp_path):
     ours = _child(tmp_path, "ours", "import time; time.sleep(60)\n")  # ignores its turns
     joey = _child(tmp_path, "joey", "import time; time.sleep(60)\n")
     with pytest.raises(bench_turns.ChildFailed, match="did not end turn 0 within 1 s"):
-        bench_turns.conduct(ours, joey, 1, 1, 1, timeout=1)
+        bench_turns.conduct(ours, joey, 1, timeout=1)
     assert ours.proc.poll() is not None and joey.proc.poll() is not None
 
 
@@ -131,3 +132,26 @@ def test_paired_rounds_with_joeynmt_on_the_tiny_corpus(tiny_corpus, tmp_path):
     for ours, joey, ratio in zip(rec["ours"], rec["joey"], rec["ratios"], strict=True):
         assert ratio == pytest.approx(ours / joey)
     assert rec["median_ratio"] == pytest.approx(sum(rec["ratios"]) / 2)
+
+
+def test_our_warm_up_is_split_over_its_turns(monkeypatch):
+    import bench_ours
+    import torch
+
+    events: list = []
+
+    class Recorded(bench_turns.Turns):
+        def take(self) -> None:
+            events.append("take")
+
+        def give(self) -> None:
+            events.append("give")
+
+    monkeypatch.setattr(bench_ours, "train_step", lambda run, b: events.append(b.i) or torch.tensor(0.0))
+    batches = [types.SimpleNamespace(i=i, n_tgt_tokens=10, n_src_tokens=10) for i in range(9)]
+    res = bench_ours.time_training(None, batches, warmup=5, repeats=2, per_repeat=2,
+                                   turns=Recorded(None), warm_turns=2)
+    # the first turn is taken by measure_arm; 5 warm-up batches in 2 turns, 2 timed groups
+    assert events == [0, 1, "give", "take", 2, 3, 4, "give", "take", 5, 6, "give",
+                      "take", 7, 8, "give", "take"]
+    assert len(res["tgt_tok_per_s_repeats"]) == 2
