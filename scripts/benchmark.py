@@ -272,6 +272,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"args": vars(args), "torch": torch.__version__,
                                "cpu": cpu_description(), "load_average": os.getloadavg()}
+    cpu = results["cpu"]
+    print(f"CPU {cpu['model']} (family {cpu.get('family', '?')} model {cpu.get('model_number', '?')}), "
+          f"{' '.join(cpu['flags'])}; torch kernels {cpu['kernels']}"
+          + (f"; instruction-set caps: {cpu['isa_caps']}" if cpu["isa_caps"] else ""))
     results["matmul"] = rates = ceiling(args)
     print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
           + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"

@@ -169,19 +169,29 @@ def autocast(device: torch.device, enabled: bool) -> contextlib.AbstractContextM
 _SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 
 
+# environment variables that make torch, oneDNN or MKL use fewer instructions than the
+# CPU has (e.g. to stand in for an AVX2-only CPU); a record made under them must say so
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+            "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE")
+_CPUINFO_KEYS = {"model name": "model", "cpu family": "family", "model": "model_number"}
+
+
 def cpu_description() -> dict[str, Any]:
-    """The CPU model, core count and matmul-relevant flags, for benchmark records
-    (figures from different machines are only comparable with these next to them)."""
+    """The CPU model, core count, matmul-relevant flags, the vector kernels torch runs and
+    any instruction-set caps in force, for benchmark records (figures from different
+    machines, or from one machine with and without caps, are only comparable with these
+    next to them)."""
     info: dict[str, Any] = {"model": platform.processor() or "unknown", "cores": os.cpu_count(),
-                            "flags": []}
+                            "flags": [], "kernels": torch.backends.cpu.get_cpu_capability(),
+                            "isa_caps": {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)}}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return info
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            info["model"] = value.strip()
+        if key.strip() in _CPUINFO_KEYS:
+            info[_CPUINFO_KEYS[key.strip()]] = value.strip()
         elif key.strip() == "flags":
             have = set(value.split())
             info["flags"] = [f for f in _SPEED_FLAGS if f in have]

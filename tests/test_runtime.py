@@ -74,3 +74,32 @@ def test_flush_denormals_reaches_every_worker_thread():
     out = subprocess.run([sys.executable, "-c", FLUSH], capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == ["False", "False", "True", "True", "True", "True"], out
+
+
+DESCRIBE = """
+import json
+from seq2seq.runtime import cpu_description
+print(json.dumps(cpu_description()))
+"""
+
+
+def _describe(extra_env: dict[str, str]) -> dict:
+    import json
+    import os
+
+    from seq2seq.runtime import ISA_CAPS
+    env = {k: v for k, v in os.environ.items() if k not in ISA_CAPS}
+    out = subprocess.run([sys.executable, "-c", DESCRIBE], env={**env, **extra_env},
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_cpu_description_records_instruction_set_caps_and_the_kernels_in_use():
+    # a benchmark run under caps stands in for a smaller CPU; its record must say so
+    plain = _describe({})
+    assert plain["isa_caps"] == {}
+    assert plain["kernels"] != "DEFAULT"  # every CI machine has at least AVX2
+    capped = _describe({"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert capped["isa_caps"] == {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert capped["kernels"] == "DEFAULT"
+    assert capped["flags"] == plain["flags"]  # the CPU's own flags, caps or not
