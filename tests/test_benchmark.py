@@ -221,3 +221,23 @@ def test_kernel_benchmark_writes_its_record(tmp_path, capsys):
     assert set(res["selection_ms"]) == {"torch_topk", "row_topk"}
     assert all(v > 0 for part in ("pointwise_ms", "selection_ms") for v in res[part].values())
     assert res["cpu"]["model"] and "row_topk" in capsys.readouterr().out
+
+
+def test_a_slow_matmul_is_measured_at_a_size_that_fits_the_budget(monkeypatch):
+    """An emulated bf16 (seconds per 2048-sized product) must not hold the benchmark for
+    minutes: the size shrinks until the repeats fit the budget."""
+    sizes = []
+    real_mm = torch.mm
+
+    def counted_mm(a, b):
+        sizes.append(a.size(0))
+        return real_mm(a, b)
+    monkeypatch.setattr(benchmark.bench_ours.torch, "mm", counted_mm)
+    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 0.05)
+    benchmark.bench_ours.matmul_rate(2048, torch.float32, repeats=2, budget_s=1.0)
+    # 0.05 s at 256 predicts 3 x 0.05 x 8^3 = 77 s at 2048; 256 is the largest that fits 1 s
+    assert set(sizes) == {256}
+    sizes.clear()
+    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 1e-4)
+    benchmark.bench_ours.matmul_rate(1024, torch.float32, repeats=2, budget_s=1.0)
+    assert set(sizes) == {1024}
