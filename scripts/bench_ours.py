@@ -188,18 +188,21 @@ def profile_steps(run: Run, batches: list[batching.Batch], top: int = 15) -> str
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
 
 
-def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 10.0) -> float:
+def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 10.0,
+                sizes: dict[str, int] | None = None) -> float:
     """FLOP/s of an (n, n) @ (n, n) matmul: the best of ``repeats`` after a warm-up.
 
     Where a 256-sized product predicts more than ``budget_s`` for that at size n (bf16
     emulated on a CPU without native bf16 runs a 2048-sized product for about a minute),
     the size is halved until it fits: the rate of the slow path is then measured in
-    seconds, not minutes.
+    seconds, not minutes. The size used is stored in ``sizes[str(dtype)]``.
     """
     small = min(n, 256)
     once = _seconds_of_mm(small, dtype)
     while n > small and once * (n / small) ** 3 * (repeats + 1) > budget_s:
         n //= 2
+    if sizes is not None:
+        sizes[str(dtype).removeprefix("torch.")] = n
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     torch.mm(a, b)
     best = float("inf")

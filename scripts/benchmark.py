@@ -186,9 +186,10 @@ def settings_of(args: argparse.Namespace, precision: str, flush_denormals: bool 
 
 def ceiling(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
-    rates = {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32),
-             "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16),
-             "n": args.matmul_size, "threads": args.threads}
+    sizes: dict[str, int] = {}
+    rates = {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32, sizes=sizes),
+             "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16, sizes=sizes),
+             "n": args.matmul_size, "sizes": sizes, "threads": args.threads}
     if gemm.available():  # the fp32 ceiling of rows whose GEMMs went through oneDNN
         with gemm.using(gemm.Choice(True, "")), gemm.recurring():  # using() alone routes nothing
             rates["fp32_onednn_flops_per_s"] = bench_ours.matmul_rate(args.matmul_size, torch.float32)
@@ -280,7 +281,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
           + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
              if "fp32_onednn_flops_per_s" in rates else "") + ", "
-          f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s ({args.threads} threads)")
+          f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s"
+          + (f" (at {rates['sizes']['bfloat16']}^3: slow here)"
+             if rates["sizes"].get("bfloat16", args.matmul_size) != args.matmul_size else "")
+          + f" ({args.threads} threads)")
     print(HEADER)
     results["ours"] = measure_ours(args, rates)
     for name, row in results["ours"].items():

@@ -111,7 +111,7 @@ def test_the_onednn_ceiling_is_timed_through_onednn(monkeypatch):
         pytest.skip("this torch has no oneDNN matmul route")
     flags = []
 
-    def rate(n, dtype):
+    def rate(n, dtype, sizes=None):
         flags.append((dtype, torch.backends.mkldnn.matmul.fp32_precision))
         return 1.0
     monkeypatch.setattr(benchmark.bench_ours, "matmul_rate", rate)
@@ -234,9 +234,10 @@ def test_a_slow_matmul_is_measured_at_a_size_that_fits_the_budget(monkeypatch):
         return real_mm(a, b)
     monkeypatch.setattr(benchmark.bench_ours.torch, "mm", counted_mm)
     monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 0.05)
-    benchmark.bench_ours.matmul_rate(2048, torch.float32, repeats=2, budget_s=1.0)
+    used: dict[str, int] = {}
+    benchmark.bench_ours.matmul_rate(2048, torch.float32, repeats=2, budget_s=1.0, sizes=used)
     # 0.05 s at 256 predicts 3 x 0.05 x 8^3 = 77 s at 2048; 256 is the largest that fits 1 s
-    assert set(sizes) == {256}
+    assert set(sizes) == {256} and used == {"float32": 256}
     sizes.clear()
     monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 1e-4)
     benchmark.bench_ours.matmul_rate(1024, torch.float32, repeats=2, budget_s=1.0)
