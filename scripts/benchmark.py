@@ -282,8 +282,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
              if "fp32_onednn_flops_per_s" in rates else "") + ", "
           f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s"
-          + (f" (at {rates['sizes']['bfloat16']}^3: slow here)"
-             if rates["sizes"].get("bfloat16", args.matmul_size) != args.matmul_size else "")
+          + (f" (at {bf16_n}^3: slow here)"
+             if (bf16_n := rates.get("sizes", {}).get("bfloat16", args.matmul_size))
+             != args.matmul_size else "")
           + f" ({args.threads} threads)")
     print(HEADER)
     results["ours"] = measure_ours(args, rates)
