@@ -195,7 +195,8 @@ def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 
     Where a 256-sized product predicts more than ``budget_s`` for that at size n (bf16
     emulated on a CPU without native bf16 runs a 2048-sized product for about a minute),
     the size is halved until it fits: the rate of the slow path is then measured in
-    seconds, not minutes. The size used is stored in ``sizes[str(dtype)]``.
+    seconds, not minutes. The size used is stored in ``sizes`` under the dtype's name
+    ("float32", "bfloat16").
     """
     small = min(n, 256)
     once = _seconds_of_mm(small, dtype)
@@ -203,6 +204,11 @@ def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 
         n //= 2
     if sizes is not None:
         sizes[str(dtype).removeprefix("torch.")] = n
+    return 2.0 * n ** 3 / _best_seconds(n, dtype, repeats)
+
+
+def _best_seconds(n: int, dtype: torch.dtype, repeats: int) -> float:
+    """The fastest of ``repeats`` (n, n) @ (n, n) products, after one untimed."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     torch.mm(a, b)
     best = float("inf")
@@ -210,15 +216,11 @@ def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 
         start = time.perf_counter()
         torch.mm(a, b)
         best = min(best, time.perf_counter() - start)
-    return 2.0 * n ** 3 / best
+    return best
 
 
 def _seconds_of_mm(n: int, dtype: torch.dtype) -> float:
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.mm(a, b)
-    start = time.perf_counter()
-    torch.mm(a, b)
-    return time.perf_counter() - start
+    return _best_seconds(n, dtype, 1)
 
 
 def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[str, float]:

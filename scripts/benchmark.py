@@ -278,13 +278,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"{' '.join(cpu['flags'])}; torch kernels {cpu['kernels']}"
           + (f"; instruction-set caps: {cpu['isa_caps']}" if cpu["isa_caps"] else ""))
     results["matmul"] = rates = ceiling(args)
+    bf16_n = rates.get("sizes", {}).get("bfloat16", args.matmul_size)
     print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
           + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
              if "fp32_onednn_flops_per_s" in rates else "") + ", "
           f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s"
-          + (f" (at {bf16_n}^3: slow here)"
-             if (bf16_n := rates.get("sizes", {}).get("bfloat16", args.matmul_size))
-             != args.matmul_size else "")
+          + (f" (at {bf16_n}^3: slow here)" if bf16_n != args.matmul_size else "")
           + f" ({args.threads} threads)")
     print(HEADER)
     results["ours"] = measure_ours(args, rates)

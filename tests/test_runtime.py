@@ -3,11 +3,15 @@ denormals are flushed in every thread."""
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import subprocess
 import sys
 
 import pytest
+
+from seq2seq.runtime import ISA_CAPS
 
 STEPS = """
 import resource, sys, torch
@@ -84,10 +88,6 @@ print(json.dumps(cpu_description()))
 
 
 def _describe(extra_env: dict[str, str]) -> dict:
-    import json
-    import os
-
-    from seq2seq.runtime import ISA_CAPS
     env = {k: v for k, v in os.environ.items() if k not in ISA_CAPS}
     out = subprocess.run([sys.executable, "-c", DESCRIBE], env={**env, **extra_env},
                          capture_output=True, text=True, check=True).stdout
