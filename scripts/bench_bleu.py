@@ -294,7 +294,7 @@ def equal_time_bleu(args: argparse.Namespace, work: Path, results: dict[str, Any
     """Per JoeyNMT arm: both toolkits trained M minutes; BLEU and decoding speed at each mark."""
     every, mark_sentences = mark_settings(args)
     marks = mark_schedule(args.minutes, every)
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads)
     args.langs = [cfg.data.src_lang, cfg.data.tgt_lang]
     full = bench_ours.load_bench_data(cfg, 0)
     subset, whole = test_sets(full, mark_sentences, getattr(args, "full_test_at_end", False))

@@ -32,6 +32,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from bench_turns import ENV as TURNS_ENV  # noqa: E402
 from bench_turns import Turns  # noqa: E402
 
+from seq2seq import precision  # noqa: E402
 from seq2seq.corpus import (  # noqa: E402
     batching,  # noqa: E402
     corpus_dir,
@@ -42,14 +43,14 @@ from seq2seq.errors import Seq2SeqError  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters, gemm  # noqa: E402
 from seq2seq.model.loss import chunk_shapes  # noqa: E402
-from seq2seq.runtime import bf16_supported, flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
+from seq2seq.runtime import flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
 from seq2seq.training.loop import Run, train_step  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
 
 ARMS = ("none", "bahdanau", "luong")
 
 
-def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: bool,
+def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, precision_name: str,
                  threads: int, flush_denormals: bool = True) -> DictConfig:
     """The fixed benchmark configuration (configs/ defaults: GRU 256/256, bidirectional,
     8k SentencePiece per side) with attention ``arm`` and a constant learning rate."""
@@ -60,7 +61,7 @@ def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, bf16: b
     register_configs()
 
     overrides = [*data_overrides, f"model/attention={arm}", f"train.batch_tokens={batch_tokens}",
-                 f"train.precision={'bf16' if bf16 else 'fp32'}", "train.device=cpu", f"train.threads={threads}",
+                 f"train.precision={precision_name}", "train.device=cpu", f"train.threads={threads}",
                  "train.lr_schedule=constant",
                  f"train.flush_denormals={str(flush_denormals).lower()}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -105,8 +106,16 @@ def make_run(cfg: DictConfig, bench: BenchData) -> Run:
     tok = bench.tokenizers
     model = build_model(cfg.model, tok.src.vocab_size, tok.tgt.vocab_size).train()
     optimizer, scheduler = build_optimizer(model, cfg.train)
+    # a fixed precision as seq2seq-train resolves it (auto is resolved in _resolve)
+    fixed = precision.choose("fp32" if cfg.train.precision == "auto" else cfg.train.precision,
+                             torch.device("cpu"), lambda: None)
     return Run(cfg, None, torch.device("cpu"), model, optimizer, scheduler, tok, bench.data,
-               bf16=cfg.train.precision == "bf16" and bf16_supported(torch.device("cpu")))
+               bf16=fixed.bf16, loss_bf16=fixed.loss_bf16)
+
+
+def precision_of(row: dict[str, Any]) -> str:
+    """The precision a measured row trained in: bf16, bf16_loss or fp32."""
+    return "bf16" if row["bf16"] else "bf16_loss" if row.get("loss_bf16") else "fp32"
 
 
 def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
@@ -233,14 +242,12 @@ def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[s
             "out_tok_per_s": n_out / out.seconds, "mean_out_len": n_out / max(len(out.lengths), 1)}
 
 
-def resolve_auto(run: Run, batch: batching.Batch) -> tuple[bool, str]:
+def resolve_auto(run: Run, batch: batching.Batch) -> precision.Choice:
     """``train.precision=auto`` as seq2seq-train resolves it: forward+backward passes of
-    ``batch`` timed in fp32 and bf16 (seq2seq.precision.choose). Returns (bf16, reason)."""
-    from seq2seq import precision
+    ``batch`` timed in fp32, bf16_loss and bf16 (seq2seq.precision.choose)."""
     from seq2seq.training.loop import training_pass
 
-    choice = precision.choose("auto", torch.device("cpu"), training_pass(run, batch))
-    return choice.bf16, choice.reason
+    return precision.choose("auto", torch.device("cpu"), training_pass(run, batch))
 
 
 def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -257,7 +264,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(settings["threads"])
     os.environ[gemm.ENV] = settings.get("fp32_gemm", "auto")  # this child's route, as seq2seq-train's
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
-                       settings["precision"] == "bf16", settings["threads"],
+                       settings["precision"], settings["threads"],
                        settings.get("flush_denormals", True))
     keep_freed_memory()  # as seq2seq-train does
     flushed = cfg.train.flush_denormals and flush_denormals()
@@ -274,10 +281,12 @@ def _resolve(run: Run, batch: batching.Batch, settings: dict[str, Any], route: g
              ) -> tuple[str, gemm.Choice]:
     """(the precision's reason, the GEMM route), resolved as seq2seq-train does: the
     precision probe times fp32 on ``route``, and bf16 training takes gemm.for_bf16's route."""
-    reason = f"{'bf16' if run.bf16 else 'fp32'} (train.precision={run.cfg.train.precision})"
+    name = "bf16" if run.bf16 else "bf16_loss" if run.loss_bf16 else "fp32"
+    reason = f"{name} (train.precision={run.cfg.train.precision})"
     if settings["precision"] == "auto":
         with gemm.using(route):
-            run.bf16, reason = resolve_auto(run, batch)
+            choice = resolve_auto(run, batch)
+        run.bf16, run.loss_bf16, reason = choice.bf16, choice.loss_bf16, choice.reason
     return reason, gemm.for_bf16(route, run.device) if run.bf16 else route
 
 
@@ -290,7 +299,8 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
     batches = [batching.collate(d.train, i) for i in idx[:need]]
     reason, route = _resolve(run, batches[0], settings, route)
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
-    row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "precision": reason,
+    row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "loss_bf16": run.loss_bf16,
+                           "precision": reason,
                            "params": count_parameters(run.model),
                            "batch": batch_stats(batches),
                            "fp32_gemm": route.name, "fp32_gemm_reason": route.reason}

@@ -78,7 +78,7 @@ def measure_paired(args: argparse.Namespace, work: Path, settings: dict[str, Any
             rec["joey_windows"].append(windows)
             rec["bf16"].append(row["bf16"])
             print(f"paired round {r}: {arm} ours {rec['ours'][-1]:.0f} "
-                  f"({'bf16' if row['bf16'] else 'fp32'}), JoeyNMT {rec['joey'][-1]:.0f}: "
+                  f"({bench_ours.precision_of(row)}), JoeyNMT {rec['joey'][-1]:.0f}: "
                   f"x{rec['ratios'][-1]:.2f}; pairs " + ", ".join(
                       f"x{x:.2f}" for x in rec["pair_ratios"][-1]), flush=True)
     for rec in out["arms"].values():

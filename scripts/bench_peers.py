@@ -17,7 +17,7 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """JoeyNMT training and decoding speed per arm, plus the shared files and batch sizing."""
     from seq2seq.corpus import load_corpus
 
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads)
     bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
     files = bench_joey.export_data(bench, load_corpus(cfg.data), cfg.data.src_lang,
                                    cfg.data.tgt_lang, work / "joey_data")
@@ -58,7 +58,7 @@ JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
 
 def measure_onmt(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """OpenNMT-py training and decoding speed per arm, plus the shared files and batch sizing."""
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, False, args.threads)
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads)
     bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
     files = bench_onmt.export_data(bench, work / "onmt_data")
     d = bench.data

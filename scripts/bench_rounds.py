@@ -45,7 +45,9 @@ def more_rounds(args: argparse.Namespace, work: Path, results: dict[str, Any],
                 ours[arm + suffix]["train"]["tgt_tok_per_s_rounds"].append(rate)
                 ours[arm + suffix].setdefault("bf16_rounds", [ours[arm + suffix]["bf16"]]).append(
                     row["bf16"])
-                line += f" ours {arm + suffix} {rate:.0f} ({'bf16' if row['bf16'] else 'fp32'}),"
+                ours[arm + suffix].setdefault("precision_rounds", [
+                    bench_ours.precision_of(ours[arm + suffix])]).append(bench_ours.precision_of(row))
+                line += f" ours {arm + suffix} {rate:.0f} ({bench_ours.precision_of(row)}),"
             for key in [k for k in ("train", "train_ftz") if k in joey.get(arm, {})]:
                 theirs = bench_joey.train(bench_peers.JOEY_CONFIGS[arm], work,
                                           flush_denormals=key == "train_ftz",

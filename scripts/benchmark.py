@@ -4,6 +4,8 @@
     ... --quick                      # a 1-2 minute smoke run (few batches, 10 sentences)
     ... --precision auto             # our rows in the precision seq2seq-train's auto picks
     ... --bf16                       # also our arms under CPU bf16 autocast (train.precision=bf16)
+    ... --bf16-loss                  # also our training with only the output layer + loss in
+                                     # bf16 (train.precision=bf16_loss)
     ... --minutes 16                 # also: test BLEU along 16 minutes of training each,
                                      # read every --mark-minutes (5); plot it with
                                      # scripts/plot_bleu_minutes.py
@@ -64,11 +66,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--onmt-arms", default="",
                    help="OpenNMT-py 3.5.1 attentions to run, e.g. bahdanau,luong (mlp, general); "
                         "'' = none (default); skipped when .venv-onmt is missing")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "auto"),
-                   help="our main rows' train.precision: auto times fp32 and bf16 passes on the "
-                        "first batch and keeps bf16 where it is faster, as seq2seq-train does "
-                        "(each row records the choice; ratios are of the chosen precision)")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "auto", "bf16_loss"),
+                   help="our main rows' train.precision: auto times fp32, bf16_loss and bf16 "
+                        "passes on the first batch and keeps what is clearly faster, as "
+                        "seq2seq-train does (each row records the choice; ratios are of the "
+                        "chosen precision)")
     p.add_argument("--bf16", action="store_true", help="also run our arms under CPU bf16 autocast")
+    p.add_argument("--bf16-loss", action="store_true",
+                   help="also time our training with only the output layer and loss in bf16 "
+                        "(train.precision=bf16_loss; rows ARM+bf16loss, training only, every round)")
     p.add_argument("--fp32-gemm", default="auto", choices=gemm.ROUTES,
                    help="our main rows' route for fp32 GEMMs (seq2seq.model.gemm): auto measures "
                         "MKL against oneDNN (and its grid) as seq2seq-train does; grid, onednn "
@@ -200,7 +206,8 @@ ONEDNN_ROUTES = ("onednn", "grid")  # fp32 routes whose GEMMs (all or most) run 
 
 
 def ceiling_of(row: dict[str, Any], rates: dict[str, float]) -> float:
-    """The matmul rate of the precision and GEMM route ``row`` trained in."""
+    """The matmul rate of the precision and GEMM route ``row`` trained in (bf16_loss: the
+    fp32 route's, though its loss products run at bf16's)."""
     if row["bf16"]:
         return rates["bf16_flops_per_s"]
     if row.get("fp32_gemm") in ONEDNN_ROUTES and "fp32_onednn_flops_per_s" in rates:
@@ -215,6 +222,8 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
         out.append(("+fp32", {**settings_of(args, "fp32"), "decode": False, "profile": 0}))
     if args.bf16:
         out.append(("+bf16", settings_of(args, "bf16")))
+    if args.bf16_loss:
+        out.append(("+bf16loss", {**settings_of(args, "bf16_loss"), "decode": False, "profile": 0}))
     if args.dnn_loss:
         out.append(("+dnnloss", {**settings_of(args, "fp32"), "fp32_gemm": "onednn",
                                  "decode": False, "profile": 0}))
@@ -263,6 +272,8 @@ def precision_label(row: dict[str, Any]) -> str:
     seq2seq.model.gemm_grid)."""
     if row["bf16"]:
         return "bf16+grid" if row.get("bf16_gemm") == "grid" else "bf16"
+    if row.get("loss_bf16"):
+        return "bf16loss"
     return {"onednn": "fp32+dnn", "grid": "fp32+grid"}.get(row.get("fp32_gemm", ""), "fp32")
 
 

@@ -1,10 +1,12 @@
 """bf16 parity: every arm trained N steps in fp32 and in bf16 from the same seed; dev loss compared.
 
     .venv/bin/python scripts/bf16_parity.py --steps 1000 --jobs 2 --out runs/bf16_parity
+    ... --precision bf16_loss      # fp32 against bf16 for the output layer and loss only
 
 For each arm of the quick reproduction (``none``, ``bahdanau``, ``luong`` with the deep output
 of ``model/attention=luong_deep``) it runs ``seq2seq-train`` twice with the same seed, batches
-and recipe, ``train.precision=fp32`` and ``train.precision=bf16``, validates once at step N and
+and recipe, ``train.precision=fp32`` and ``train.precision=bf16`` (or ``--precision``'s
+choice), validates once at step N and
 reads the dev loss (the summed cross-entropy per dev target token) from each run's
 ``metrics.csv``. An arm passes when the bf16 dev loss is within ``--tolerance`` (relative) of
 fp32's. Runs already finished in ``--out`` are read, not trained again, so a stopped
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # arm name -> model/attention choice: the arms of configs/profile/quick.yaml
 ARMS = {"none": "none", "bahdanau": "bahdanau", "luong": "luong_deep"}
 PRECISIONS = ("fp32", "bf16")
+COMPARED = ("bf16", "bf16_loss")  # what --precision compares with fp32
 
 
 def train_command(arm: str, precision: str, steps: int, seed: int, threads: int,
@@ -55,10 +58,11 @@ def dev_loss_at(metrics: Path, step: int) -> float | None:
     return None
 
 
-def compare(fp32: float, bf16: float, tolerance: float) -> dict[str, Any]:
-    """The record of one arm: both losses, bf16's relative difference, and whether it is within."""
-    rel = (bf16 - fp32) / fp32
-    return {"fp32": fp32, "bf16": bf16, "relative": rel, "within": abs(rel) <= tolerance}
+def compare(fp32: float, other: float, tolerance: float, name: str = "bf16") -> dict[str, Any]:
+    """The record of one arm: both losses (the other under ``name``), the other's relative
+    difference, and whether it is within."""
+    rel = (other - fp32) / fp32
+    return {"fp32": fp32, name: other, "relative": rel, "within": abs(rel) <= tolerance}
 
 
 def _run(cmd: list[str], log: Path) -> int:
@@ -66,11 +70,11 @@ def _run(cmd: list[str], log: Path) -> int:
         return subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
 
 
-def table(arms: dict[str, dict[str, Any]], steps: int, tolerance: float) -> str:
-    lines = [f"| arm | dev loss fp32 | dev loss bf16 | bf16 - fp32 | within {tolerance:.0%} |",
+def table(arms: dict[str, dict[str, Any]], steps: int, tolerance: float, name: str = "bf16") -> str:
+    lines = [f"| arm | dev loss fp32 | dev loss {name} | {name} - fp32 | within {tolerance:.0%} |",
              "|---|---|---|---|---|"]
     for arm, r in arms.items():
-        lines.append(f"| {arm} | {r['fp32']:.4f} | {r['bf16']:.4f} | {r['relative']:+.2%} | "
+        lines.append(f"| {arm} | {r['fp32']:.4f} | {r[name]:.4f} | {r['relative']:+.2%} | "
                      f"{'yes' if r['within'] else 'NO'} |")
     return f"dev loss after {steps} steps\n\n" + "\n".join(lines)
 
@@ -78,6 +82,8 @@ def table(arms: dict[str, dict[str, Any]], steps: int, tolerance: float) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of {', '.join(ARMS)}")
+    p.add_argument("--precision", default="bf16", choices=COMPARED,
+                   help="the train.precision compared with fp32")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--tolerance", type=float, default=0.01, help="relative, 0.01 = 1%%")
@@ -98,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from seq2seq.runtime import bf16_supported, cpu_description
 
     if not bf16_supported(torch.device("cpu")):
-        print("this CPU has no native bf16 (AVX512-BF16 or AMX): train.precision=bf16 would "
+        print("this CPU has no native bf16 (AVX512-BF16 or AMX): train.precision=bf16(_loss) would "
               "train in fp32 here, so there is nothing to compare; run it on such a CPU",
               file=sys.stderr)
         return 2
@@ -106,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     threads = args.threads or max(1, (torch.get_num_threads() // args.jobs))
     arms = args.arms.split(",")
-    runs = {(a, p): out / f"{a}_{p}" for a in arms for p in PRECISIONS}
+    runs = {(a, p): out / f"{a}_{p}" for a in arms for p in ("fp32", args.precision)}
     cmds = {key: train_command(key[0], key[1], args.steps, args.seed, threads, d, args.extra)
             for key, d in runs.items()}
     logs = {key: d.with_name(d.name + ".log") for key, d in runs.items()}
@@ -125,12 +131,14 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"no dev loss at step {args.steps} in: {', '.join(missing)}", file=sys.stderr)
         return 2
-    result = {a: compare(losses[a, "fp32"], losses[a, "bf16"], args.tolerance) for a in arms}
+    result = {a: compare(losses[a, "fp32"], losses[a, args.precision], args.tolerance,
+                         args.precision) for a in arms}
     record = {"steps": args.steps, "seed": args.seed, "tolerance": args.tolerance,
+              "precision": args.precision,
               "threads_per_run": threads, "cpu": cpu_description(), "arms": result,
               "commands": {f"{a} {p}": " ".join(c) for (a, p), c in cmds.items()}}
     (out / "parity.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(table(result, args.steps, args.tolerance))
+    print(table(result, args.steps, args.tolerance, args.precision))
     return 0 if all(r["within"] for r in result.values()) else 1
 
 

@@ -1,5 +1,5 @@
-"""Which precision training and decoding run in (``train.precision``, ``precision`` of
-`seq2seq-translate`): auto | fp32 | bf16, chosen by measuring.
+"""Which precision training and decoding run in (``train.precision``: auto | fp32 | bf16 |
+bf16_loss; ``precision`` of `seq2seq-translate`: auto | fp32 | bf16), chosen by measuring.
 
 bf16 autocast runs the matmuls (RNN input and gate projections, attention, the output
 layer and loss GEMMs) in bf16 with fp32 accumulation; parameters, gradients, the
@@ -11,6 +11,15 @@ few real passes of the model in each precision (training: forward+backward on a 
 batch; decoding: decoder steps at the batch size the command decodes with), alternating,
 and keeps bf16 only when it is clearly faster (:data:`MIN_SPEEDUP`). The probe changes
 nothing: no optimizer step, the gradients are cleared and every RNG state is restored.
+
+``bf16_loss`` (training only) keeps the model fp32 and runs only the fused output layer
+and loss's products in bf16 (:func:`seq2seq.model.loss.bf16_products`): about 40% of a
+step's time, in three product shapes that recur all run, so oneDNN builds their bf16
+kernels once, where full bf16 meets new shapes every batch (the start-up probe repeats
+one batch and so overstates full bf16; docs/performance.md#bf16-for-the-output-layer-and-
+loss-only). Training's ``auto`` times all three: bf16_loss is kept when it beats fp32 by
+:data:`MIN_LOSS_SPEEDUP`, and full bf16 only when it beats the better of those two by
+:data:`MIN_SPEEDUP`.
 """
 
 from __future__ import annotations
@@ -23,25 +32,57 @@ from dataclasses import dataclass
 import torch
 
 from seq2seq import runtime
-from seq2seq.config import Precision
+from seq2seq.config import Precision, TrainPrecision
 from seq2seq.errors import ConfigError
 
-CHOICES = tuple(Precision)  # the schema's choices; check() is for library callers
-MIN_SPEEDUP = 1.15  # bf16 must save at least this factor of step time to be chosen
+TRAIN_CHOICES = tuple(TrainPrecision)  # the schema's choices; check() is for library callers
+DECODE_CHOICES = tuple(Precision)
+MIN_SPEEDUP = 1.15  # full bf16 must save at least this factor of step time to be chosen
+# bf16_loss's probe meets the shapes training meets, so a smaller margin covers its noise
+MIN_LOSS_SPEEDUP = 1.05
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
+TRAIN_MODES = ("fp32", "bf16_loss", "bf16")  # what training's auto times, least changed first
+DECODE_MODES = ("fp32", "bf16")
 
 
 @dataclass
 class Choice:
-    """The precision a run trains in, and why."""
+    """The precision a run trains (or decodes) in, and why: ``bf16`` autocast over the
+    model, or ``loss_bf16``: only the fused loss's products in bf16."""
 
     bf16: bool
     reason: str
+    loss_bf16: bool = False
+
+    @property
+    def name(self) -> str:
+        return "bf16" if self.bf16 else "bf16_loss" if self.loss_bf16 else "fp32"
+
+
+def of_name(name: str, reason: str = "") -> Choice:
+    """The Choice a resolved name (fp32, bf16, bf16_loss) stands for, e.g. on resume."""
+    return Choice(name == "bf16", reason or name, loss_bf16=name == "bf16_loss")
 
 
 def check(name: str, key: str = "train.precision") -> None:
-    if name not in CHOICES:
-        raise ConfigError(f"{key}={name!r}: use auto, fp32 or bf16")
+    choices = TRAIN_CHOICES if key == "train.precision" else DECODE_CHOICES
+    if name not in choices:
+        if name in TRAIN_CHOICES:
+            raise ConfigError(f"{key}={name!r} is for training (it changes the loss's "
+                              f"products): use {', '.join(choices)}")
+        raise ConfigError(f"{key}={name!r}: use {', '.join(choices)}")
+
+
+def applied(choice: Choice, device: torch.device) -> contextlib.AbstractContextManager:
+    """The block runs in ``choice``'s precision: bf16 autocast, or fp32 with the fused
+    loss's products in bf16 (both only where bf16 is native)."""
+    from seq2seq.model import loss
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(runtime.autocast(device, choice.bf16))
+    if choice.loss_bf16 and runtime.bf16_supported(device):
+        stack.enter_context(loss.bf16_products())
+    return stack
 
 
 def timed(step: Callable[[], None], device: torch.device) -> float:
@@ -53,41 +94,56 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def probe(step: Callable[[], None], device: torch.device) -> tuple[float, float]:
-    """(fp32, bf16) median seconds of ``step()`` (one forward+backward), measured alternately."""
-    times: dict[bool, list[float]] = {False: [], True: []}
-    for bf16 in (False, True):  # warm-up: first calls allocate and pick kernels
-        with runtime.autocast(device, bf16):
+def probe(step: Callable[[], None], device: torch.device,
+          modes: tuple[str, ...] = DECODE_MODES) -> dict[str, float]:
+    """Median seconds of ``step()`` (one forward+backward, or a few decoder steps) in each
+    of ``modes``, measured alternately."""
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for mode in modes:  # warm-up: first calls allocate and pick kernels
+        with applied(of_name(mode), device):
             timed(step, device)
     for _ in range(PROBE_ROUNDS):
-        for bf16 in (False, True):
-            with runtime.autocast(device, bf16):
-                times[bf16].append(timed(step, device))
-    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    return med[False], med[True]
+        for mode in modes:
+            with applied(of_name(mode), device):
+                times[mode].append(timed(step, device))
+    return {m: sorted(v)[len(v) // 2] for m, v in times.items()}
 
 
 def choose(name: str, device: torch.device, step: Callable[[], None],
            key: str = "train.precision", what: str = "a training pass") -> Choice:
     """Resolve setting ``key`` = ``name`` on ``device``; ``step`` runs ``what`` once (one
     forward+backward pass, or a few decoder steps; only called for ``auto`` where bf16
-    is native)."""
+    is native). Training's auto also times bf16_loss; decoding has no loss to time."""
     check(name, key)
     if name == "fp32":
         return Choice(False, f"{key}=fp32")
     if not runtime.bf16_supported(device):
         why = f"{device} has no native bf16 (emulated bf16 is far slower than fp32)"
-        return Choice(False, f"fp32: {why}" if name == "auto" else f"fp32, {key}=bf16 "
+        return Choice(False, f"fp32: {why}" if name == "auto" else f"fp32, {key}={name} "
                       f"ignored: {why}")
-    if name == "bf16":
-        return Choice(True, f"{key}=bf16")
+    if name != "auto":
+        return of_name(name, f"{key}={name}")
+    modes = TRAIN_MODES if key == "train.precision" else DECODE_MODES
     with _rng_kept(device):
-        fp32_s, bf16_s = probe(step, device)
-    speedup = fp32_s / bf16_s if bf16_s > 0 else 0.0
-    bf16 = speedup >= MIN_SPEEDUP
-    return Choice(bf16, f"{'bf16' if bf16 else 'fp32'} (auto: {what} took "
-                        f"{fp32_s * 1e3:.0f} ms in fp32, {bf16_s * 1e3:.0f} ms in bf16, "
-                        f"x{speedup:.2f}; bf16 needs x{MIN_SPEEDUP})")
+        seconds = probe(step, device, modes)
+    return _pick(seconds, what)
+
+
+def _pick(seconds: dict[str, float], what: str) -> Choice:
+    """From the probe's ``seconds`` per mode: each further change of precision is kept
+    only when it is clearly faster than the best so far."""
+    margins = {"bf16_loss": MIN_LOSS_SPEEDUP, "bf16": MIN_SPEEDUP}
+    best = "fp32"
+    for mode in (m for m in TRAIN_MODES[1:] if m in seconds):
+        if seconds[mode] > 0 and seconds[best] / seconds[mode] >= margins[mode]:
+            best = mode
+    took = ", ".join(f"{seconds[m] * 1e3:.0f} ms in {m}" for m in seconds)
+    if "bf16_loss" in seconds:
+        needs = (f"bf16_loss needs x{MIN_LOSS_SPEEDUP} over fp32, bf16 x{MIN_SPEEDUP} over "
+                 "the better of those")
+    else:
+        needs = f"x{seconds['fp32'] / max(seconds['bf16'], 1e-12):.2f}; bf16 needs x{MIN_SPEEDUP}"
+    return of_name(best, f"{best} (auto: {what} took {took}; {needs})")
 
 
 @contextlib.contextmanager

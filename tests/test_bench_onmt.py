@@ -99,7 +99,7 @@ def test_onmt_batches_follow_its_batch_iter():
 def test_export_writes_our_pieces_and_ids(tiny_corpus, tmp_path):
     import bench_ours
 
-    cfg = bench_ours.bench_config(tiny_corpus, "bahdanau", 200, False, 1)
+    cfg = bench_ours.bench_config(tiny_corpus, "bahdanau", 200, "fp32", 1)
     bench = bench_ours.load_bench_data(cfg, 5)
     files = bench_onmt.export_data(bench, tmp_path)
     tok, d = bench.tokenizers, bench.data

@@ -109,3 +109,18 @@ def test_a_cpu_without_native_bf16_is_refused(monkeypatch, tmp_path, capsys):
 def test_unknown_arms_are_refused():
     with pytest.raises(SystemExit):
         bf16_parity.parse_args(["--arms", "none,transformer"])
+
+
+def test_bf16_loss_is_compared_with_the_same_fp32_runs(monkeypatch, tmp_path, capsys):
+    """--precision bf16_loss trains only what is missing: the fp32 runs of a bf16
+    comparison in the same folder are read again."""
+    calls = _fake_training(monkeypatch, {"fp32": 3.0, "bf16": 3.02, "bf16_loss": 2.97})
+    out = tmp_path / "p"
+    assert bf16_parity.main(["--arms", "none", "--steps", "10", "--out", str(out)]) == 0
+    calls.clear()
+    assert bf16_parity.main(["--arms", "none", "--steps", "10", "--out", str(out),
+                             "--precision", "bf16_loss"]) == 0
+    assert calls == ["none bf16 loss"]
+    record = json.loads((out / "parity.json").read_text())
+    assert record["precision"] == "bf16_loss" and record["arms"]["none"]["bf16_loss"] == 2.97
+    assert "| none | 3.0000 | 2.9700 | -1.00% | yes |" in capsys.readouterr().out

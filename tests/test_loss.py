@@ -77,3 +77,42 @@ def test_model_loss_equals_cross_entropy_of_its_logits(name, tie):
     assert out_grads.keys() == ref_grads.keys()
     for key in ref_grads:
         torch.testing.assert_close(out_grads[key], ref_grads[key], rtol=1e-9, atol=1e-11, msg=key)
+
+
+def _fp32_inputs(n: int):
+    x, w, b, y = _inputs(n)
+    return (*(t.detach().float().requires_grad_() for t in (x, w, b)), y)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_bf16_products_equal_the_bf16_input_path_and_stay_near_fp32(monkeypatch, smoothing):
+    """Inside bf16_products an fp32 model's loss multiplies in bf16: exactly what bf16
+    inputs (autocast's readout) give, within bf16 rounding of fp32, with fp32 gradients."""
+    monkeypatch.setattr(fused, "CHUNK_ROWS", 4)
+    x, w, b, y = _fp32_inputs(10)
+    ref = fused.linear_cross_entropy(x, w, b, y, smoothing)
+    ref_grads = torch.autograd.grad(ref, (x, w, b))
+    xb = x.detach().bfloat16().requires_grad_()
+    via_bf16_inputs = fused.linear_cross_entropy(xb, w, b, y, smoothing)
+    bf16_input_grads = torch.autograd.grad(via_bf16_inputs, (xb, w, b))
+    with fused.bf16_products():
+        out = fused.linear_cross_entropy(x, w, b, y, smoothing)
+        grads = torch.autograd.grad(out, (x, w, b))
+        with torch.no_grad():
+            torch.testing.assert_close(fused.linear_cross_entropy(x, w, b, y, smoothing), out)
+    assert not fused._bf16  # restored
+    assert out.dtype == torch.float32 and [g.dtype for g in grads] == [torch.float32] * 3
+    assert torch.equal(out, via_bf16_inputs)
+    for got, want in zip(grads, bf16_input_grads, strict=True):
+        assert torch.equal(got, want.float())
+    assert not torch.equal(out, ref)  # the products really ran in bf16
+    torch.testing.assert_close(out, ref, rtol=2e-2, atol=0)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=5e-2 * float(want.abs().max()))
+
+
+def test_bf16_products_leave_fp64_alone():
+    x, w, b, y = _inputs(10)
+    ref = fused.linear_cross_entropy(x, w, b, y)
+    with fused.bf16_products():
+        assert torch.equal(fused.linear_cross_entropy(x, w, b, y), ref)

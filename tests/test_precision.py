@@ -14,15 +14,23 @@ from seq2seq.errors import ConfigError
 CPU = torch.device("cpu")
 
 
-def _step(fp32_s: float, bf16_s: float, calls: list[bool]):
+def _mode() -> str:
+    """The precision the code runs in now, as the model would see it."""
+    from seq2seq.model import loss
+
+    return "bf16" if torch.is_autocast_enabled("cpu") else "bf16_loss" if loss._bf16 else "fp32"
+
+
+def _step(fp32_s: float, bf16_s: float, calls: list[str], loss_s: float | None = None):
     """A fake training pass that draws randoms and reports the given time in each
     precision to the clock below (``step.seconds``): no sleeping, so the probe's medians
-    are exact on a loaded machine too."""
+    are exact on a loaded machine too. bf16_loss takes ``loss_s`` (default: fp32's)."""
+    seconds = {"fp32": fp32_s, "bf16": bf16_s, "bf16_loss": fp32_s if loss_s is None else loss_s}
+
     def step() -> None:
-        bf16 = torch.is_autocast_enabled("cpu")
-        calls.append(bf16)
+        calls.append(_mode())
         torch.rand(3)
-        step.seconds = bf16_s if bf16 else fp32_s
+        step.seconds = seconds[calls[-1]]
     return step
 
 
@@ -36,24 +44,64 @@ def fake_clock(monkeypatch):
 
 
 def test_fp32_and_unsupported_bf16_never_probe(monkeypatch) -> None:
-    calls: list[bool] = []
+    calls: list[str] = []
     assert precision.choose("fp32", CPU, _step(0, 0, calls)).bf16 is False
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
     auto = precision.choose("auto", CPU, _step(0, 0, calls))
     forced = precision.choose("bf16", CPU, _step(0, 0, calls))
+    loss_only = precision.choose("bf16_loss", CPU, _step(0, 0, calls))
     assert not auto.bf16 and not forced.bf16 and "no native bf16" in auto.reason
+    assert loss_only.name == "fp32" and "bf16_loss ignored" in loss_only.reason
     assert "ignored" in forced.reason and calls == []
 
 
 def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch, fake_clock) -> None:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
-    calls: list[bool] = []
+    calls: list[str] = []
     fast = precision.choose("auto", CPU, _step(0.02, 0.005, calls))
-    assert fast.bf16 and "20 ms in fp32, 5 ms in bf16" in fast.reason
-    assert calls.count(True) == calls.count(False) == precision.PROBE_ROUNDS + 1
+    assert fast.bf16 and "20 ms in fp32, 20 ms in bf16_loss, 5 ms in bf16" in fast.reason
+    for mode in precision.TRAIN_MODES:  # one warm-up and the timed rounds each, alternating
+        assert calls.count(mode) == precision.PROBE_ROUNDS + 1
+    assert calls[:3] == list(precision.TRAIN_MODES)
     slow = precision.choose("auto", CPU, _step(0.01, 0.02, []))
-    assert not slow.bf16 and slow.reason.startswith("fp32 (auto")
+    assert slow.name == "fp32" and slow.reason.startswith("fp32 (auto")
     assert precision.choose("bf16", CPU, _step(0.01, 0.02, [])).bf16  # asked for: kept
+
+
+@pytest.mark.parametrize(("fp32_s", "loss_s", "bf16_s", "chosen"), [
+    (1.0, 0.90, 0.85, "bf16_loss"),  # bf16 beats fp32 by x1.18 but bf16_loss by x1.06 only
+    (1.0, 0.90, 0.75, "bf16"),  # x1.2 over bf16_loss
+    (1.0, 0.97, 0.85, "bf16"),  # bf16_loss under its x1.05: bf16 against fp32, x1.18
+    (1.0, 0.97, 0.90, "fp32"),  # neither clearly faster
+])
+def test_auto_keeps_each_further_change_only_when_it_pays(monkeypatch, fake_clock, fp32_s, loss_s,
+                                                          bf16_s, chosen) -> None:
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    choice = precision.choose("auto", CPU, _step(fp32_s, bf16_s, [], loss_s))
+    assert choice.name == chosen and choice.reason.startswith(f"{chosen} (auto")
+    assert choice.bf16 is (chosen == "bf16") and choice.loss_bf16 is (chosen == "bf16_loss")
+
+
+def test_decoding_auto_never_times_bf16_loss(monkeypatch, fake_clock) -> None:
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    calls: list[str] = []
+    choice = precision.choose("auto", CPU, _step(0.02, 0.01, calls, loss_s=0.001), key="precision")
+    assert choice.bf16 and "bf16_loss" not in calls and "x2.00" in choice.reason
+    with pytest.raises(ConfigError, match="'bf16_loss' is for training"):
+        precision.check("bf16_loss", key="precision")
+
+
+def test_applied_sets_and_restores_the_mode(monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    seen = {}
+    for name in precision.TRAIN_MODES:
+        with precision.applied(precision.of_name(name), CPU):
+            seen[name] = _mode()
+        assert _mode() == "fp32"
+    assert seen == {m: m for m in precision.TRAIN_MODES}
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
+    with precision.applied(precision.of_name("bf16_loss"), CPU):
+        assert _mode() == "fp32"  # emulated bf16 is never used
 
 
 def test_probe_restores_the_random_state(monkeypatch, fake_clock) -> None:
@@ -85,6 +133,34 @@ def test_training_records_the_choice_and_a_resume_keeps_it(tiny_train_overrides,
           "train.resume=true")
     assert json.loads((run_dir / "summary.json").read_text())["precision"] == chosen
     assert f"precision: {chosen} (kept from the run's start)" in (run_dir / "train.log").read_text()
+
+
+def test_bf16_loss_trains_fp32_with_its_loss_in_bf16(tiny_train_overrides, tmp_path: Path,
+                                                   monkeypatch) -> None:
+    """train.precision=bf16_loss: recorded, kept on resume, and the training step's loss
+    runs inside bf16_products while the model's parameters and gradients stay fp32."""
+    from test_train import train
+
+    from seq2seq.model import loss
+
+    native = runtime.bf16_supported(CPU)
+    seen: list[tuple[bool, bool, torch.dtype]] = []
+    real = loss.linear_cross_entropy
+
+    def spy(x, weight, *args, **kwargs):
+        if torch.is_grad_enabled():
+            seen.append((loss._bf16, torch.is_autocast_enabled("cpu"), weight.dtype))
+        return real(x, weight, *args, **kwargs)
+
+    monkeypatch.setattr("seq2seq.model.decoder.linear_cross_entropy", spy)
+    run_dir = tmp_path / "run"
+    train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=2", "train.precision=bf16_loss")
+    expected = "bf16_loss" if native else "fp32"
+    assert json.loads((run_dir / "summary.json").read_text())["precision"] == expected
+    assert seen and all(s == (native, False, torch.float32) for s in seen), seen[:3]
+    train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=4", "train.precision=fp32",
+          "train.resume=true")
+    assert json.loads((run_dir / "summary.json").read_text())["precision"] == expected
 
 
 @pytest.mark.parametrize("name", ["bahdanau", "luong"])

@@ -44,6 +44,7 @@ from seq2seq.config.schema import (
     SpmModelType,
     TokenizerConfig,
     TrainConfig,
+    TrainPrecision,
     TranslateConfig,
     register_configs,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "ModelConfig",
     "ModelImpl",
     "Precision",
+    "TrainPrecision",
     "ReproduceAppConfig",
     "ReproduceConfig",
     "RnnType",

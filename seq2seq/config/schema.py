@@ -48,9 +48,20 @@ class ModelImpl(StrEnum):
 
 
 class Precision(StrEnum):
+    """Decoding's precision (`seq2seq-translate`, `seq2seq-evaluate`)."""
+
     auto = "auto"  # bf16 where a start-up probe measures it faster
     fp32 = "fp32"
     bf16 = "bf16"
+
+
+class TrainPrecision(StrEnum):
+    """Training's precision: decoding's, and bf16 for the output layer and loss alone."""
+
+    auto = "auto"  # whichever of fp32, bf16_loss, bf16 a start-up probe measures faster
+    fp32 = "fp32"
+    bf16 = "bf16"
+    bf16_loss = "bf16_loss"  # fp32 model; the fused output layer + loss multiply in bf16
 
 
 class LrSchedule(StrEnum):
@@ -160,9 +171,10 @@ class TrainConfig:
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
-    # auto: bf16 autocast where a probe of real training passes at start-up shows it faster
-    # (seq2seq/precision.py); fp32; bf16 (where the device has native bf16, else fp32)
-    precision: Precision = Precision.fp32
+    # auto: what a probe of real training passes at start-up shows faster (seq2seq/precision.py);
+    # fp32; bf16 autocast; bf16_loss: only the output layer + loss in bf16 (both bf16 choices
+    # where the device has native bf16, else fp32)
+    precision: TrainPrecision = TrainPrecision.fp32
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86
     flush_denormals: bool = True

@@ -11,11 +11,18 @@ cross-entropy" do the same on GPUs). No (N, V) tensor outlives a chunk.
 
 Loss per token with label smoothing ε (as torch's ``cross_entropy``):
 (1-ε)(lse - z_y) + ε(lse - mean_v z_v); gradient softmax(z) - (1-ε) onehot(y) - ε/V.
+
+Inside :func:`bf16_products` (``train.precision=bf16_loss``, seq2seq.precision) an fp32
+model's three products per chunk take bf16 inputs, as they do under autocast, while the
+rest of the model stays fp32: the chunks' shapes recur all run, so oneDNN builds their
+bf16 kernels once (docs/performance.md#bf16-for-the-output-layer-and-loss-only). The
+softmax, the loss and the gradients' sums stay fp32, and grad x is returned in fp32.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +34,20 @@ from seq2seq.model import gemm
 # equally fast, so this one stays; smaller chunks keep less memory
 # (docs/performance.md#fused-output-layer-and-loss).
 CHUNK_ROWS = 256
+
+_bf16 = False  # set by bf16_products(): fp32 inputs' products in bf16
+
+
+@contextlib.contextmanager
+def bf16_products(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, the fused loss multiplies fp32 inputs in bf16 (fp32 accumulation
+    and softmax); restores what it found."""
+    global _bf16
+    before, _bf16 = _bf16, enabled
+    try:
+        yield
+    finally:
+        _bf16 = before
 
 
 def chunk_shapes(model: torch.nn.Module) -> tuple[gemm.Shape, ...] | None:
@@ -59,16 +80,19 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
              ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None] | None]:
     """The chunk loop: summed loss, and with_grads also (grad x, grad W, grad b) of it."""
     dtype = x.dtype  # bf16 under autocast: matmuls in bf16, softmax in fp32
+    if _bf16 and dtype == torch.float32:
+        dtype = torch.bfloat16
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
     total = _wide(x.new_zeros(()))
     if with_grads:
-        grad_x = torch.empty_like(x)
+        grad_x = torch.empty_like(x)  # x's dtype: fp32 for an fp32 model in bf16_products()
         grad_w = torch.zeros_like(weight)
         grad_b = None if bias is None else torch.zeros_like(bias)
         rows = torch.arange(min(CHUNK_ROWS, x.size(0)), device=x.device)
+    xs = x.to(dtype)  # one cast of all rows, not one per chunk
     for start in range(0, x.size(0), CHUNK_ROWS):
-        xc, tc = x[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
+        xc, tc = xs[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
             logits = _wide(F.linear(xc, w, b))  # (n, V)

@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import precision, runtime
+from seq2seq import precision
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import gemm
@@ -49,14 +49,15 @@ def choose_precision(run: Run) -> None:
     all); a resumed run keeps the precision it started with."""
     p = run.progress
     if p.precision:
-        run.bf16 = p.precision == "bf16"
+        kept = precision.of_name(p.precision)
+        run.bf16, run.loss_bf16 = kept.bf16, kept.loss_bf16
         run.log.info("precision: %s (kept from the run's start)", p.precision)
         return
     batch = validation.to_device(batching.collate(run.data.train, epoch_batches(run)[0]),
                                  run.device)
     choice = distributed.on_main(lambda: precision.choose(run.cfg.train.precision, run.device,
                                                           training_pass(run, batch)))
-    run.bf16, p.precision = choice.bf16, "bf16" if choice.bf16 else "fp32"
+    run.bf16, run.loss_bf16, p.precision = choice.bf16, choice.loss_bf16, choice.name
     run.log.info("precision: %s", choice.reason)
 
 
@@ -95,8 +96,9 @@ def training_pass(run: Run, batch: batching.Batch) -> Callable[[], None]:
 
 
 def autocast(run: Run) -> contextlib.AbstractContextManager:
-    """bf16 autocast when the run's precision is bf16."""
-    return runtime.autocast(run.device, run.bf16)
+    """The run's precision: bf16 autocast, or the fused loss's products in bf16
+    (seq2seq.precision.applied), or nothing."""
+    return precision.applied(precision.Choice(run.bf16, "", run.loss_bf16), run.device)
 
 
 def train_step(run: Run, batch: batching.Batch, scale: float = 1.0) -> torch.Tensor:

@@ -57,7 +57,7 @@ class Progress:
     tgt_tokens: int = 0
     src_tokens: int = 0
     stop_reason: str = ""
-    precision: str = ""  # fp32 | bf16 as resolved at the start (train.precision=auto measures)
+    precision: str = ""  # fp32 | bf16 | bf16_loss as resolved at the start (auto measures)
     fp32_gemm: str = ""  # grid | onednn | default: this start's route for fp32 GEMMs (seq2seq.model.gemm)
     bf16_gemm: str = ""  # grid | as_is in bf16 training, else "": the same for bf16 products
 
@@ -82,6 +82,7 @@ class Run:
     saved_at: float = field(default_factory=time.perf_counter)  # last checkpoint write (clock)
     rank_rng_restored: bool = False  # a resume gave this rank its own saved RNG state
     bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
+    loss_bf16: bool = False  # train.precision=bf16_loss: only the fused loss's products in bf16
 
 
 def check_train_config(t: DictConfig) -> None:
