@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench_joey  # noqa: E402
 import bench_kernels  # noqa: E402
+import bench_ours  # noqa: E402
 import bench_peers  # noqa: E402
 import benchmark  # noqa: E402
 
@@ -60,11 +61,11 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
     out = tmp_path / "bench.json"
     data = [arg for o in tiny_corpus for arg in ("--data", o)]
     benchmark.main(["--quick", "--no-joey", "--arms", "bahdanau", "--batch-tokens", "200",
-                    "--matmul-size", "256", "--precision", "auto", "--bf16-grid", "--work",
+                    "--matmul-size", "256", "--precision", "auto", "--bf16-grid", "--bf16-loss", "--work",
                     str(tmp_path), "--json", str(out), *data])
     res = json.loads(out.read_text())
     row = res["ours"]["bahdanau"]
-    assert row["precision"].startswith("bf16" if row["bf16"] else "fp32")
+    assert row["precision"].startswith(bench_ours.precision_of(row))  # auto may pick bf16_loss
     assert "auto" in row["precision"] or "no native bf16" in row["precision"]
     assert row["fraction_of_matmul"] == pytest.approx(
         row["achieved_flops_per_s"] / benchmark.ceiling_of(row, res["matmul"]))
@@ -78,6 +79,12 @@ def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_pat
         assert benchmark.precision_label(on_grid) == ("bf16+grid" if gemm.available() else "bf16")
     if row["bf16"]:  # auto chose bf16: its products as they are, the default
         assert row["bf16_gemm"] == "as_is" and benchmark.precision_label(row) == "bf16"
+    loss_only = res["ours"]["bahdanau+bf16loss"]  # fp32 model, loss products in bf16
+    assert loss_only["loss_bf16"] is bf16_supported(torch.device("cpu")) and not loss_only["bf16"]
+    assert "greedy" not in loss_only and loss_only["train"]["tgt_tok_per_s"] > 0
+    if loss_only["loss_bf16"]:
+        assert benchmark.precision_label(loss_only) == "bf16loss"
+        assert loss_only["precision"] == "bf16_loss (train.precision=bf16_loss)"
 
 
 def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):
