@@ -115,7 +115,7 @@ def make_run(cfg: DictConfig, bench: BenchData) -> Run:
 
 def precision_of(row: dict[str, Any]) -> str:
     """The precision a measured row trained in: bf16, bf16_loss or fp32."""
-    return "bf16" if row["bf16"] else "bf16_loss" if row.get("loss_bf16") else "fp32"
+    return precision.Choice(row["bf16"], "", row.get("loss_bf16", False)).name
 
 
 def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
@@ -281,8 +281,7 @@ def _resolve(run: Run, batch: batching.Batch, settings: dict[str, Any], route: g
              ) -> tuple[str, gemm.Choice]:
     """(the precision's reason, the GEMM route), resolved as seq2seq-train does: the
     precision probe times fp32 on ``route``, and bf16 training takes gemm.for_bf16's route."""
-    name = "bf16" if run.bf16 else "bf16_loss" if run.loss_bf16 else "fp32"
-    reason = f"{name} (train.precision={run.cfg.train.precision})"
+    reason = f"{precision.Choice(run.bf16, '', run.loss_bf16).name} (train.precision={run.cfg.train.precision})"
     if settings["precision"] == "auto":
         with gemm.using(route):
             choice = resolve_auto(run, batch)

@@ -34,6 +34,7 @@ import torch
 from seq2seq import runtime
 from seq2seq.config import Precision, TrainPrecision
 from seq2seq.errors import ConfigError
+from seq2seq.model import loss
 
 TRAIN_CHOICES = tuple(TrainPrecision)  # the schema's choices; check() is for library callers
 DECODE_CHOICES = tuple(Precision)
@@ -76,8 +77,6 @@ def check(name: str, key: str = "train.precision") -> None:
 def applied(choice: Choice, device: torch.device) -> contextlib.AbstractContextManager:
     """The block runs in ``choice``'s precision: bf16 autocast, or fp32 with the fused
     loss's products in bf16 (both only where bf16 is native)."""
-    from seq2seq.model import loss
-
     stack = contextlib.ExitStack()
     stack.enter_context(runtime.autocast(device, choice.bf16))
     if choice.loss_bf16 and runtime.bf16_supported(device):
