@@ -7,6 +7,10 @@
   was several times slower (docs/performance.md#additive-attention-through-the-sigmoid).
 - ``torch.topk`` against :func:`seq2seq.inference.search.row_topk` on (rows, vocabulary)
   log-probabilities: the beam search's per-row top 2k.
+- With ``--encoder``: a bidirectional encoder layer's forward + backward as the encoder
+  runs it (one direction after the other, each on all ``--threads``) against the two
+  directions side by side in two Python threads, one torch thread each (issue 17 asked
+  about the two cores; docs/performance.md#tried-and-dropped).
 
 Each figure is the median of ``--repeats`` calls in this process, after one warm-up;
 the CPU (model and flags) is printed with them. Run it with ``ATEN_CPU_CAPABILITY=avx2``
@@ -18,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+from torch import Tensor, nn
 
 from seq2seq.inference.search import row_topk
 from seq2seq.precision import timed
@@ -55,6 +61,37 @@ def selection(rows: int, vocab: int, k: int, repeats: int) -> dict[str, float]:
             "row_topk": median_ms(lambda: row_topk(logp, k), repeats)}
 
 
+def encoder_directions(batch: int, src_len: int, size: int, threads: int, repeats: int
+                       ) -> dict[str, float]:
+    """ms of one bidirectional GRU layer's forward + backward on (batch, src_len, size):
+    directions one after the other on ``threads`` threads, and side by side on one each."""
+    fwd, bwd = nn.GRU(size, size, batch_first=True), nn.GRU(size, size, batch_first=True)
+    x = torch.randn(batch, src_len, size, requires_grad=True)
+    x_rev = x.detach().flip(1).requires_grad_()
+
+    def one(rnn: nn.GRU, inp: Tensor) -> None:
+        out, _ = rnn(inp)
+        torch.autograd.grad(out.square().sum(), [inp, *rnn.parameters()])
+
+    def in_turn() -> None:
+        one(fwd, x)
+        one(bwd, x_rev)
+
+    def side_by_side(pool: ThreadPoolExecutor) -> None:
+        for job in [pool.submit(one, fwd, x), pool.submit(one, bwd, x_rev)]:
+            job.result()
+
+    torch.set_num_threads(threads)
+    out = {"in_turn": median_ms(in_turn, repeats)}
+    torch.set_num_threads(1)  # torch's thread count is process-wide: each worker gets one
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            out["side_by_side"] = median_ms(lambda: side_by_side(pool), repeats)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1)
@@ -64,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--attn-size", type=int, default=256)
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--k", type=int, default=10, help="per-row top k (2 x beam)")
+    p.add_argument("--encoder", action="store_true",
+                   help="also time a bidirectional encoder layer's directions in turn and side by side")
+    p.add_argument("--batch", type=int, default=96, help="--encoder: sentences per batch")
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -80,6 +120,12 @@ def main(argv: list[str] | None = None) -> None:
               f"({args.rows}, {args.src_len}, {args.attn_size})")
     print(f"top {args.k} of ({args.rows}, {args.vocab}): torch.topk {sel['torch_topk']:.2f} ms, "
           f"row_topk {sel['row_topk']:.2f} ms (x{sel['torch_topk'] / sel['row_topk']:.2f})")
+    if args.encoder:
+        enc = record["encoder_ms"] = encoder_directions(args.batch, args.src_len, args.attn_size,
+                                                        args.threads, args.repeats)
+        print(f"bidirectional GRU layer fwd+bwd on ({args.batch}, {args.src_len}, {args.attn_size}): "
+              f"in turn on {args.threads} thread(s) {enc['in_turn']:.1f} ms, side by side on one "
+              f"thread each {enc['side_by_side']:.1f} ms (x{enc['in_turn'] / enc['side_by_side']:.2f})")
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
 

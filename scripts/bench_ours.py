@@ -242,12 +242,14 @@ def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[s
             "out_tok_per_s": n_out / out.seconds, "mean_out_len": n_out / max(len(out.lengths), 1)}
 
 
-def resolve_auto(run: Run, batch: batching.Batch) -> precision.Choice:
+def resolve_auto(run: Run, batches: list[batching.Batch]) -> precision.Choice:
     """``train.precision=auto`` as seq2seq-train resolves it: forward+backward passes of
-    ``batch`` timed in fp32, bf16_loss and bf16 (seq2seq.precision.choose)."""
+    the first ``batches`` timed in fp32, bf16_loss and bf16 (seq2seq.precision.choose)."""
     from seq2seq.training.loop import training_pass
 
-    return precision.choose("auto", torch.device("cpu"), training_pass(run, batch))
+    probed = batches[:precision.PROBE_ROUNDS + 1]
+    return precision.choose("auto", torch.device("cpu"), [training_pass(run, b) for b in probed],
+                            sizes=[b.n_tgt_tokens for b in probed])
 
 
 def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
@@ -277,14 +279,14 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _resolve(run: Run, batch: batching.Batch, settings: dict[str, Any], route: gemm.Choice
+def _resolve(run: Run, batches: list[batching.Batch], settings: dict[str, Any], route: gemm.Choice
              ) -> tuple[str, gemm.Choice]:
     """(the precision's reason, the GEMM route), resolved as seq2seq-train does: the
     precision probe times fp32 on ``route``, and bf16 training takes gemm.for_bf16's route."""
     reason = f"{precision.Choice(run.bf16, '', run.loss_bf16).name} (train.precision={run.cfg.train.precision})"
     if settings["precision"] == "auto":
         with gemm.using(route):
-            choice = resolve_auto(run, batch)
+            choice = resolve_auto(run, batches)
         run.bf16, run.loss_bf16, reason = choice.bf16, choice.loss_bf16, choice.reason
     return reason, gemm.for_bf16(route, run.device) if run.bf16 else route
 
@@ -296,7 +298,7 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
     need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
     batches = [batching.collate(d.train, i) for i in idx[:need]]
-    reason, route = _resolve(run, batches[0], settings, route)
+    reason, route = _resolve(run, batches, settings, route)
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
     row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "loss_bf16": run.loss_bf16,
                            "precision": reason,

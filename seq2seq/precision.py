@@ -7,26 +7,26 @@ optimizer and the softmax/loss stay fp32. Whether that is faster depends on the 
 far more than on its feature flags: a CPU with native bf16 matmuls can still lose the
 gain in casts and small per-step matmuls, and one without them emulates bf16 far slower
 than fp32 (docs/performance.md#bf16-autocast-trainprecisionauto). So ``auto`` times a
-few real passes of the model in each precision (training: forward+backward on a real
-batch; decoding: decoder steps at the batch size the command decodes with), alternating,
-and keeps bf16 only when it is clearly faster (:data:`MIN_SPEEDUP`). The probe changes
-nothing: no optimizer step, the gradients are cleared and every RNG state is restored.
+few real passes of the model in each precision (training: forward+backward on real
+batches, each timed round on a batch new to every precision; decoding: decoder steps at
+the batch size the command decodes with), alternating, and keeps bf16 only when it is
+clearly faster (:data:`MIN_SPEEDUP`). The probe changes nothing: no optimizer step, the
+gradients are cleared and every RNG state is restored.
 
 ``bf16_loss`` (training only) keeps the model fp32 and runs only the fused output layer
 and loss's products in bf16 (:func:`seq2seq.model.loss.bf16_products`): about 40% of a
 step's time, in three product shapes that recur all run, so oneDNN builds their bf16
-kernels once, where full bf16 meets new shapes every batch (the start-up probe repeats
-one batch and so overstates full bf16; docs/performance.md#bf16-for-the-output-layer-and-
-loss-only). Training's ``auto`` times all three: bf16_loss is kept when it beats fp32 by
-:data:`MIN_LOSS_SPEEDUP`, and full bf16 only when it beats the better of those two by
-:data:`MIN_SPEEDUP`.
+kernels once, where full bf16 meets new shapes every batch
+(docs/performance.md#bf16-for-the-output-layer-and-loss-only). Training's ``auto`` times
+all three: bf16_loss is kept when it beats fp32 by :data:`MIN_LOSS_SPEEDUP`, and full
+bf16 only when it beats the better of those two by :data:`MIN_SPEEDUP`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +44,7 @@ MIN_LOSS_SPEEDUP = 1.05
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
 TRAIN_MODES = ("fp32", "bf16_loss", "bf16")  # what training's auto times, least changed first
 DECODE_MODES = ("fp32", "bf16")
+Pass = Callable[[], None]  # one timed unit of work: a training pass, or a few decoder steps
 
 
 @dataclass
@@ -93,26 +94,42 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def probe(step: Callable[[], None], device: torch.device,
-          modes: tuple[str, ...] = DECODE_MODES) -> dict[str, float]:
-    """Median seconds of ``step()`` (one forward+backward, or a few decoder steps) in each
-    of ``modes``, measured alternately."""
+def probe(passes: Pass | Sequence[Pass], device: torch.device,
+          modes: tuple[str, ...] = DECODE_MODES, sizes: Sequence[float] | None = None
+          ) -> dict[str, float]:
+    """Median seconds of a pass (one forward+backward, or a few decoder steps) in each of
+    ``modes``, measured alternately, the modes taking turns to go first.
+
+    Several passes (training: one per batch): every mode warms up on the first, and each
+    timed round runs the next one, new to every mode, in all of them. Repeating one batch
+    lets bf16 reuse kernels built for its shapes, which training, meeting new shapes
+    every batch, rarely can: the repeated batch overstated full bf16
+    (docs/performance.md#the-probe-on-new-batches). ``sizes`` (e.g. each batch's target
+    tokens) scale each time to the passes' mean size, so rounds on batches of different
+    size compare.
+    """
+    passes = [passes] if callable(passes) else list(passes)
+    sizes = list(sizes) if sizes is not None else [1.0] * len(passes)
+    mean = sum(sizes) / len(sizes)
     times: dict[str, list[float]] = {m: [] for m in modes}
     for mode in modes:  # warm-up: first calls allocate and pick kernels
         with applied(of_name(mode), device):
-            timed(step, device)
-    for _ in range(PROBE_ROUNDS):
-        for mode in modes:
+            timed(passes[0], device)
+    for r in range(PROBE_ROUNDS):
+        i = 1 + r % (len(passes) - 1) if len(passes) > 1 else 0
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
             with applied(of_name(mode), device):
-                times[mode].append(timed(step, device))
+                times[mode].append(timed(passes[i], device) * mean / sizes[i])
     return {m: sorted(v)[len(v) // 2] for m, v in times.items()}
 
 
-def choose(name: str, device: torch.device, step: Callable[[], None],
-           key: str = "train.precision", what: str = "a training pass") -> Choice:
-    """Resolve setting ``key`` = ``name`` on ``device``; ``step`` runs ``what`` once (one
-    forward+backward pass, or a few decoder steps; only called for ``auto`` where bf16
-    is native). Training's auto also times bf16_loss; decoding has no loss to time."""
+def choose(name: str, device: torch.device, passes: Pass | Sequence[Pass],
+           key: str = "train.precision", what: str = "a training pass",
+           sizes: Sequence[float] | None = None) -> Choice:
+    """Resolve setting ``key`` = ``name`` on ``device``; each of ``passes`` runs ``what``
+    once (one forward+backward pass of a batch of ``sizes`` tokens, or a few decoder
+    steps; only called for ``auto`` where bf16 is native; see :func:`probe`). Training's
+    auto also times bf16_loss; decoding has no loss to time."""
     check(name, key)
     if name == "fp32":
         return Choice(False, f"{key}=fp32")
@@ -124,7 +141,7 @@ def choose(name: str, device: torch.device, step: Callable[[], None],
         return of_name(name, f"{key}={name}")
     modes = TRAIN_MODES if key == "train.precision" else DECODE_MODES
     with _rng_kept(device):
-        seconds = probe(step, device, modes)
+        seconds = probe(passes, device, modes, sizes)
     return _pick(seconds, what)
 
 

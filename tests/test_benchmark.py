@@ -19,7 +19,10 @@ import bench_joey  # noqa: E402
 import bench_kernels  # noqa: E402
 import bench_ours  # noqa: E402
 import bench_peers  # noqa: E402
+import bench_probe  # noqa: E402
 import benchmark  # noqa: E402
+
+from seq2seq import precision  # noqa: E402
 
 
 def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
@@ -49,6 +52,18 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
         assert row["decode_sentences"] == 10
         assert row["greedy"]["sent_per_s"] > 0 and row["beam5"]["sent_per_s"] > 0
         assert row["peak_rss_mib"] > 50
+
+
+@pytest.mark.parametrize("how", ["repeat", "new"])
+def test_probe_benchmark_reports_each_precision_and_the_choice(tiny_corpus, tmp_path, how):
+    out = tmp_path / "probe.json"
+    data = [arg for o in tiny_corpus for arg in ("--data", o)]
+    bench_probe.main(["--arm", "bahdanau", "--how", how, "--threads", "1", "--batch-tokens", "200",
+                      "--json", str(out), *data])
+    rec = json.loads(out.read_text())
+    assert set(rec["seconds"]) == set(precision.TRAIN_MODES) and min(rec["seconds"].values()) > 0
+    assert rec["chosen"] in precision.TRAIN_MODES and rec["how"] == how
+    assert rec["bf16_over_fp32"] == pytest.approx(rec["seconds"]["fp32"] / rec["seconds"]["bf16"])
 
 
 def test_auto_precision_is_resolved_as_training_resolves_it(tiny_corpus, tmp_path):
@@ -228,6 +243,17 @@ def test_kernel_benchmark_writes_its_record(tmp_path, capsys):
     assert set(res["selection_ms"]) == {"torch_topk", "row_topk"}
     assert all(v > 0 for part in ("pointwise_ms", "selection_ms") for v in res[part].values())
     assert res["cpu"]["model"] and "row_topk" in capsys.readouterr().out
+
+
+def test_kernel_benchmark_times_the_encoder_directions_and_restores_threads(tmp_path, capsys):
+    out, before = tmp_path / "kernels.json", torch.get_num_threads()
+    bench_kernels.main(["--rows", "6", "--src-len", "5", "--attn-size", "16", "--vocab", "1000",
+                        "--k", "4", "--repeats", "3", "--encoder", "--batch", "4",
+                        "--threads", "2", "--json", str(out)])
+    enc = json.loads(out.read_text())["encoder_ms"]
+    assert set(enc) == {"in_turn", "side_by_side"} and all(v > 0 for v in enc.values())
+    assert torch.get_num_threads() == 2 and "side by side" in capsys.readouterr().out
+    torch.set_num_threads(before)
 
 
 def test_a_slow_matmul_is_measured_at_a_size_that_fits_the_budget(monkeypatch):

@@ -82,6 +82,50 @@ def test_auto_keeps_each_further_change_only_when_it_pays(monkeypatch, fake_cloc
     assert choice.bf16 is (chosen == "bf16") and choice.loss_bf16 is (chosen == "bf16_loss")
 
 
+def test_each_timed_round_runs_a_new_pass_in_every_mode(monkeypatch) -> None:
+    """Several passes (training's batches): all warm up on the first; round r runs pass
+    1 + r in every mode, a different mode first each round; each time is scaled by the
+    pass's size to the mean size, so batches of different size compare."""
+    calls: list[tuple[int, str]] = []
+    sizes = [100, 200, 400, 300]
+    per_token = {"fp32": 3e-4, "bf16_loss": 2e-4, "bf16": 1e-4}
+
+    def make(i: int):
+        def one_pass() -> None:
+            calls.append((i, _mode()))
+            one_pass.seconds = sizes[i] * per_token[_mode()]
+        return one_pass
+
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(precision, "timed", lambda step, device: (step(), step.seconds)[1])
+    got = precision.probe([make(i) for i in range(4)], CPU, precision.TRAIN_MODES, sizes)
+    modes = precision.TRAIN_MODES
+    assert calls[:3] == [(0, m) for m in modes]
+    rounds = [calls[3 + 3 * r: 6 + 3 * r] for r in range(precision.PROBE_ROUNDS)]
+    for r, done in enumerate(rounds):
+        assert {i for i, _ in done} == {1 + r} and sorted(m for _, m in done) == sorted(modes)
+    assert [done[0][1] for done in rounds] == list(modes)  # the modes take turns going first
+    assert got == pytest.approx({m: t * 250 for m, t in per_token.items()})
+
+
+def test_training_auto_probes_on_several_batches(tiny_train_overrides, tmp_path: Path,
+                                                 monkeypatch) -> None:
+    from test_train import train
+
+    seen = {}
+
+    def probe(passes, device, modes, sizes=None):
+        seen.update(passes=len(passes), sizes=list(sizes), modes=modes)
+        return {m: 1.0 for m in modes}
+
+    monkeypatch.setattr(precision, "probe", probe)
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=1",
+          "train.precision=auto")
+    assert seen["modes"] == precision.TRAIN_MODES and seen["passes"] == precision.PROBE_ROUNDS + 1
+    assert len(seen["sizes"]) == seen["passes"] and all(n > 0 for n in seen["sizes"])
+
+
 def test_decoding_auto_never_times_bf16_loss(monkeypatch, fake_clock) -> None:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     calls: list[str] = []

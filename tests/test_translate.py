@@ -342,9 +342,9 @@ def test_precision_auto_times_the_decoder_at_the_mode_batch_size(monkeypatch, tm
     timed: list[float] = []
     real_probe = precision.probe
 
-    def probe(step, device, modes):  # the real step runs; the times are ours
+    def probe(step, device, modes, sizes=None):  # the real step runs; the times are ours
         assert modes == ("fp32", "bf16")  # decoding has no loss to put in bf16
-        real_probe(step, device, modes)
+        real_probe(step, device, modes, sizes)
         timed.append(1.0)
         return {"fp32": 0.02, "bf16": 0.01} if fast_bf16 else {"fp32": 0.01, "bf16": 0.02}
 

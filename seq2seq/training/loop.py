@@ -53,10 +53,11 @@ def choose_precision(run: Run) -> None:
         run.bf16, run.loss_bf16 = kept.bf16, kept.loss_bf16
         run.log.info("precision: %s (kept from the run's start)", p.precision)
         return
-    batch = validation.to_device(batching.collate(run.data.train, epoch_batches(run)[0]),
-                                 run.device)
-    choice = distributed.on_main(lambda: precision.choose(run.cfg.train.precision, run.device,
-                                                          training_pass(run, batch)))
+    batches = [validation.to_device(batching.collate(run.data.train, idx), run.device)
+               for idx in epoch_batches(run)[:precision.PROBE_ROUNDS + 1]]
+    choice = distributed.on_main(lambda: precision.choose(
+        run.cfg.train.precision, run.device, [training_pass(run, b) for b in batches],
+        what="a training pass", sizes=[b.n_tgt_tokens for b in batches]))
     run.bf16, run.loss_bf16, p.precision = choice.bf16, choice.loss_bf16, choice.name
     run.log.info("precision: %s", choice.reason)
 
