@@ -44,7 +44,7 @@ from seq2seq.inference.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters, gemm  # noqa: E402
 from seq2seq.model.loss import chunk_shapes  # noqa: E402
 from seq2seq.runtime import flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
-from seq2seq.training.loop import Run, train_step  # noqa: E402
+from seq2seq.training.loop import Run, resolve_precision, train_step  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
 
 ARMS = ("none", "bahdanau", "luong")
@@ -242,16 +242,6 @@ def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[s
             "out_tok_per_s": n_out / out.seconds, "mean_out_len": n_out / max(len(out.lengths), 1)}
 
 
-def resolve_auto(run: Run, batches: list[batching.Batch]) -> precision.Choice:
-    """``train.precision=auto`` as seq2seq-train resolves it: forward+backward passes of
-    the first ``batches`` timed in fp32, bf16_loss and bf16 (seq2seq.precision.choose)."""
-    from seq2seq.training.loop import training_pass
-
-    probed = batches[:precision.PROBE_ROUNDS + 1]
-    return precision.choose("auto", torch.device("cpu"), [training_pass(run, b) for b in probed],
-                            sizes=[b.n_tgt_tokens for b in probed])
-
-
 def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     """Everything for one arm. settings: data_overrides, batch_tokens, precision (fp32,
     bf16, or auto: both timed first, as seq2seq-train does), threads,
@@ -286,7 +276,7 @@ def _resolve(run: Run, batches: list[batching.Batch], settings: dict[str, Any], 
     reason = f"{precision.Choice(run.bf16, '', run.loss_bf16).name} (train.precision={run.cfg.train.precision})"
     if settings["precision"] == "auto":
         with gemm.using(route):
-            choice = resolve_auto(run, batches)
+            choice = resolve_precision(run, batches)  # cfg.train.precision is auto here
         run.bf16, run.loss_bf16, reason = choice.bf16, choice.loss_bf16, choice.reason
     return reason, gemm.for_bf16(route, run.device) if run.bf16 else route
 

@@ -55,11 +55,18 @@ def choose_precision(run: Run) -> None:
         return
     batches = [validation.to_device(batching.collate(run.data.train, idx), run.device)
                for idx in epoch_batches(run)[:precision.PROBE_ROUNDS + 1]]
-    choice = distributed.on_main(lambda: precision.choose(
-        run.cfg.train.precision, run.device, [training_pass(run, b) for b in batches],
-        what="a training pass", sizes=[b.n_tgt_tokens for b in batches]))
+    choice = distributed.on_main(lambda: resolve_precision(run, batches))
     run.bf16, run.loss_bf16, p.precision = choice.bf16, choice.loss_bf16, choice.name
     run.log.info("precision: %s", choice.reason)
+
+
+def resolve_precision(run: Run, batches: list[batching.Batch]) -> precision.Choice:
+    """``train.precision`` on ``run``'s device; ``auto`` times training passes of the first
+    PROBE_ROUNDS + 1 of ``batches`` (seq2seq.precision.probe), nothing else changes."""
+    probed = batches[:precision.PROBE_ROUNDS + 1]
+    return precision.choose(run.cfg.train.precision, run.device,
+                            [training_pass(run, b) for b in probed],
+                            sizes=[b.n_tgt_tokens for b in probed])
 
 
 def choose_gemm(run: Run) -> gemm.Choice:
