@@ -10,8 +10,10 @@ same process, one after the other (filter first), each with the thread count tha
 line alone on 1 thread (:func:`seq2seq.inference.command.run_filter`, what a pipe gets), file
 mode decodes blocks in length-sorted token batches on all cores
 (:func:`seq2seq.inference.translate_file.translate_lines`, what ``input=``/``< file`` gets),
-with the ``workers`` its ``workers=-1`` (auto) picks (``--workers`` overrides). It
-checks that both wrote the same translations, and records lines/s, the ratio, the
+with the ``workers`` its ``workers=-1`` (auto) picks (``--workers`` overrides). Like
+``seq2seq-translate``, it has glibc keep freed memory (``runtime.keep_freed_memory``;
+``--no-keep-freed-memory`` measures glibc's default instead). It checks that both
+wrote the same translations, and records lines/s, the ratio, the
 threads and the CPU (model and flags).
 """
 
@@ -31,7 +33,7 @@ from seq2seq.evaluation.command import run_split
 from seq2seq.inference.command import choose_speed, run_filter
 from seq2seq.inference.translate_file import Writers, translate_lines
 from seq2seq.inference.translator import Translator
-from seq2seq.runtime import cpu_description
+from seq2seq.runtime import cpu_description, keep_freed_memory
 
 
 def main() -> None:
@@ -50,8 +52,11 @@ def main() -> None:
                    help="as seq2seq-translate's workers= (file mode): -1 = auto, timed at start")
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
                    help="as seq2seq-translate's precision=: auto times the decoder per mode")
+    p.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="glibc keeps freed memory, as seq2seq-translate has it (default: on)")
     p.add_argument("--out", default="", help="also write the record as JSON here")
     args = p.parse_args()
+    kept = args.keep_freed_memory and keep_freed_memory()
     cores = torch.get_num_threads()
     runs = args.run.split(",")
     _, _, split = run_split(runs[0], args.split)
@@ -60,7 +65,7 @@ def main() -> None:
     translator = Translator.from_run(runs if len(runs) > 1 else runs[0])
     threads = {"filter": args.threads or cores, "file": args.file_threads or cores}
     record = {"run": runs, "split": args.split, "lines": len(sources), "beam": args.beam,
-              "threads": threads, "cpu": cpu_description()}
+              "threads": threads, "keep_freed_memory": kept, "cpu": cpu_description()}
     outputs = {}
     modes = args.modes.split(",")
     settings = SimpleNamespace(precision=args.precision, beam=args.beam,

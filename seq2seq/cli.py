@@ -94,6 +94,17 @@ def _train_process(cfg: DictConfig, train: Callable[[DictConfig], Any]) -> Any:
     return train(cfg)
 
 
+def _decode_process(cfg: DictConfig, decode: Callable[[DictConfig], Any]) -> Any:
+    """The decoding commands' process-wide setting, then ``decode``: glibc keeps freed
+    memory for reuse (runtime.keep_freed_memory). Every beam-search step frees and
+    re-allocates (rows, vocabulary) logits of several MB, which glibc would otherwise
+    hand back and fault in again zero-filled (docs/performance.md#keeping-freed-memory)."""
+    from seq2seq.runtime import keep_freed_memory
+
+    keep_freed_memory()
+    return decode(cfg)
+
+
 def with_folder_config(cfg: DictConfig) -> DictConfig:
     """A resume takes the run folder's config.yaml, with this command line's overrides on
     top (seq2seq.runs.folder.folder_config)."""
@@ -126,7 +137,7 @@ def translate_main(cfg: DictConfig) -> None:
     """`seq2seq-translate run=<run folder> beam=5`: a prompt on a terminal, else a filter."""
     from seq2seq.inference.command import translate_main as _translate
 
-    run_guarded(_translate, cfg, check=validate_translate)
+    run_guarded(lambda c: _decode_process(c, _translate), cfg, check=validate_translate)
 
 
 @hydra.main(config_path=CONFIG_DIR, config_name="evaluate", version_base="1.3")
@@ -138,7 +149,7 @@ def evaluate_main(cfg: DictConfig) -> None:
         from seq2seq.runtime import set_threads
 
         set_threads(c.threads)  # the process's setting, made here and nowhere in the library
-        return _evaluate(c)
+        return _decode_process(c, _evaluate)
 
     run_guarded(_run, cfg, check=validate_evaluate)
 
@@ -164,4 +175,4 @@ def serve_main(cfg: DictConfig) -> None:
     """`seq2seq-serve reproduction=<folder>` or `runs=[...]`: the JSON API and the page."""
     from seq2seq.serve.command import serve_main as _serve
 
-    run_guarded(_serve, cfg, check=validate_serve)
+    run_guarded(lambda c: _decode_process(c, _serve), cfg, check=validate_serve)

@@ -69,10 +69,11 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 def keep_freed_memory() -> bool:
     """Have glibc's malloc keep freed memory for reuse instead of handing it back to the kernel.
 
-    A training step frees and re-allocates the same tensors of a few MB every batch. By
-    default glibc trims the freed top of its heaps and maps larger blocks afresh, so
-    every step faults the same pages back in zero-filled, thousands of page faults per
-    batch (docs/performance.md#keeping-freed-memory). Blocks up to
+    A training step frees and re-allocates the same tensors of a few MB every batch, and
+    a beam-search step its (rows, vocabulary) logits. By default glibc trims the freed
+    top of its heaps and maps larger blocks afresh, so every step faults the same pages
+    back in zero-filled, thousands of page faults per batch
+    (docs/performance.md#keeping-freed-memory). Blocks up to
     32 MiB (glibc's largest threshold) then come from the heap and freed memory stays
     mapped (the process keeps its peak footprint, which a training job reaches every
     step anyway). Returns False where this is not glibc; a no-op there.
