@@ -167,6 +167,45 @@ def test_fast_model_equals_the_reference(v, monkeypatch):
     assert [[h.tokens for h in hs] for hs in beams] == [[h.tokens for h in hs] for hs in ref_beams]
 
 
+# every attention, GRU and LSTM, one and two layers, input feeding on and off (Luong)
+GRID_VARIANTS = [v for v in VARIANTS if v["rnn_type"] == "lstm" or v["layers"] == 2][::6]
+
+
+@pytest.mark.parametrize("grid", [2, 3])
+@pytest.mark.parametrize("v", GRID_VARIANTS, ids=variant_id)
+def test_step_rows_on_a_grid_equal_the_reference(v, grid, monkeypatch):
+    """The packed loop with its row counts rounded up (as under CPU bf16 autocast): rows
+    run past their target's end are dropped, so loss and gradients stay the reference's;
+    and every step did run a multiple of the grid (or the whole batch)."""
+    monkeypatch.setattr(seq2seq.model.loss, "CHUNK_ROWS", 3)
+    fast, ref = twins(v)
+    fast.decoder.row_grid = grid
+    rows = []
+    advance = fast.decoder._advance
+    monkeypatch.setattr(fast.decoder, "_advance",
+                        lambda emb, *a: rows.append(emb.size(0)) or advance(emb, *a))
+    src, src_lens, tgt_in, tgt_out = batch()
+    loss, grads = loss_and_grads(fast, src, src_lens, tgt_in, tgt_out, v["label_smoothing"])
+    ref_loss, ref_grads = loss_and_grads(ref, src, src_lens, tgt_in, tgt_out, v["label_smoothing"])
+    torch.testing.assert_close(loss, ref_loss, **TOL)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], **TOL, msg=lambda m, n=name: f"{n}: {m}")
+    if rows:  # the fused RNN call (none, Luong without input feeding) has no step loop
+        # target lengths 6, 5, 4, 2: without the grid 4, 4, 3, 3, 2, 1 rows
+        want = [min(4, -(-n // grid) * grid) for n in (4, 4, 3, 3, 2, 1)]
+        assert rows == want, rows
+
+
+def test_the_row_grid_applies_under_cpu_bf16_autocast_only():
+    from seq2seq.model.decoder import ROW_GRID_BF16_CPU, row_grid
+
+    assert row_grid("cpu") == 1
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert row_grid("cpu") == ROW_GRID_BF16_CPU > 1
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert row_grid("cpu") == 1
+
+
 @pytest.mark.parametrize("attention", ["bahdanau", "luong-general"])
 def test_scheduled_sampling_equals_the_reference(attention):
     """teacher_forcing < 1 draws which sentences read their own argmax in the same order."""

@@ -13,7 +13,8 @@ import pytest
 
 from seq2seq.runtime import ISA_CAPS
 
-STEPS = """
+# a child process: glibc's default or the setting (argv[1]), then a small model (`model`)
+MODEL = """
 import resource, sys, torch
 from seq2seq import runtime
 if sys.argv[1] == "keep":
@@ -22,8 +23,11 @@ torch.set_num_threads(1)
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.model import build_model
 torch.manual_seed(0)
-model = build_model(ModelConfig(attention=AttentionConfig(name="luong"), emb_size=64,
-                                hidden_size=64), 4000, 4000)
+model = build_model(ModelConfig(attention=AttentionConfig(name="{attention}"), emb_size=64,
+                                hidden_size=64), 4000, {tgt_vocab})
+"""
+
+STEPS = MODEL.format(attention="luong", tgt_vocab=4000) + """
 src, tgt = torch.randint(4, 4000, (64, 30)), torch.randint(4, 4000, (64, 30))
 lens = torch.full((64,), 30)
 def step():
@@ -51,18 +55,9 @@ def test_training_steps_stop_faulting_pages_back_in():
     assert kept * 2 < default, (kept, default)
 
 
-DECODE = """
-import resource, sys, torch
-from seq2seq import runtime
-if sys.argv[1] == "keep":
-    assert runtime.keep_freed_memory()
-torch.set_num_threads(1)
-from seq2seq.config import AttentionConfig, ModelConfig
+DECODE = MODEL.format(attention="bahdanau", tgt_vocab=8000) + """
 from seq2seq.inference.search import beam_search
-from seq2seq.model import build_model
-torch.manual_seed(0)
-model = build_model(ModelConfig(attention=AttentionConfig(name="bahdanau"), emb_size=64,
-                                hidden_size=64), 4000, 8000).eval()
+model.eval()
 src, lens = torch.randint(4, 4000, (64, 30)), torch.full((64,), 30)
 def search():  # 12 steps of (320, 8000) logits: ~10 MB freed and allocated again per step
     beam_search(model, src, lens, beam=5, max_len_ratio=0.0, max_len_extra=12)

@@ -39,6 +39,24 @@ from seq2seq.model.dropout import Dropout, dropout
 from seq2seq.model.encoder import rnn_class
 from seq2seq.model.loss import linear_cross_entropy
 
+ROW_GRID_BF16_CPU = 16  # step rows are rounded up to a multiple of this under CPU bf16
+
+
+def row_grid(device_type: str) -> int:
+    """How many rows a training step's row count is rounded up to (1: none).
+
+    Under bf16 autocast on a CPU the step products go to oneDNN, which builds and caches
+    a kernel for every new shape; the packed loop's row count falls step by step and
+    differs from batch to batch, so without rounding it meets new shapes all the time
+    (docs/performance.md#rows-on-a-grid-in-the-bf16-step-loop). The extra rows are
+    sentences already ended, computed and dropped. fp32 products (MKL) build nothing
+    per shape, so there the extra rows would be work for nothing.
+    """
+    if device_type == "cpu" and torch.is_autocast_enabled("cpu") \
+            and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+        return ROW_GRID_BF16_CPU
+    return 1
+
 
 @dataclass
 class DecoderState:
@@ -167,6 +185,8 @@ class Decoder(nn.Module):
             self.out_bias = nn.Parameter(torch.zeros(vocab_size))
         else:
             self.output = nn.Linear(hidden_size, vocab_size)
+        # rows per training step rounded up to a multiple of this; None: row_grid() decides
+        self.row_grid: int | None = None
 
     @property
     def output_size(self) -> tuple[int, int]:
@@ -299,7 +319,9 @@ class Decoder(nn.Module):
         # active[i]: rows whose target is longer than i (a prefix, lens descending)
         active = [len(lens) - bisect.bisect_right(lens[::-1], i) for i in range(steps)]
         emb = self.dropout(self.embedding(tgt_in[:, :steps]))
-        t, _ = self._loop(emb, state, memory, active)
+        grid = self.row_grid if self.row_grid is not None else row_grid(emb.device.type)
+        computed = [min(len(lens), -(-a // grid) * grid) for a in active]
+        t, _ = self._loop(emb, state, memory, computed, keep=active)
         return t, tgt_out[:, :steps].t()[mask[:, :steps].t()]
 
     def _readouts(self, tgt_in: Tensor, state: DecoderState, memory: AttentionMemory
@@ -311,12 +333,15 @@ class Decoder(nn.Module):
         return self._loop(emb, state, memory)
 
     def _loop(self, emb: Tensor, state: DecoderState, memory: AttentionMemory,
-              active: list[int] | None = None) -> tuple[Tensor, Tensor]:
+              active: list[int] | None = None, keep: list[int] | None = None
+              ) -> tuple[Tensor, Tensor]:
         """Step by step: emb (B, T, E) -> readout vectors (B, T, H), weights (B, T, S).
 
         active (T,) non-increasing: step i runs only the first active[i] rows (the
         others have finished); the results are then packed time-major, (N, H) and
-        (N, S) with N = sum(active).
+        (N, S) with N = sum(keep), the first keep[i] <= active[i] rows of step i
+        (default: all of them). Rows run past their target's end compute only what
+        is then dropped, so they add nothing to the loss or its gradients.
         """
         states, contexts, weights, embs = [], [], [], []
         memory = self.attention.loop_memory(memory, emb.size(1))
@@ -328,10 +353,11 @@ class Decoder(nn.Module):
                 state, step_memory = state.head(rows), memory.head(rows)
             emb_i = emb_i[:rows]
             s, context, w, state = self._advance(emb_i, state, step_memory)
-            states.append(state.feed if state.feed is not None else s)
-            contexts.append(context)
-            weights.append(w)
-            embs.append(emb_i)
+            n = rows if keep is None else keep[i]
+            states.append((state.feed if state.feed is not None else s)[:n])
+            contexts.append(context[:n])
+            weights.append(w[:n])
+            embs.append(emb_i[:n])
 
         def join(parts: list[Tensor]) -> Tensor:
             return torch.cat(parts) if active is not None else torch.stack(parts, dim=1)
