@@ -18,7 +18,8 @@ input feeding, and a query-free attention or a query taken after the RNN) the RN
 runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul. In the
 step loop, the gradients of the encoder states (and Luong's keys) are summed once after
 the loop (``Attention.loop_memory``, seq2seq/model/deferred.py), and in training each step
-runs only the sentences whose target has not ended (``_packed_loop``). Training calls ``loss``:
+runs only the sentences whose target has not ended (``_packed_loop``; under CPU bf16 their
+count rounded up to a multiple of 16, ``row_grid``). Training calls ``loss``:
 the output layer and the cross-entropy fused in chunks over real tokens only
 (seq2seq/model/loss.py), never an (N, V) logits tensor.
 """
