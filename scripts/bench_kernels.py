@@ -11,6 +11,11 @@
   runs it (one direction after the other, each on all ``--threads``) against the two
   directions side by side in two Python threads, one torch thread each (issue 17 asked
   about the two cores; docs/performance.md#tried-and-dropped).
+- With ``--new-shapes``: a decoder-step product ((rows, 3H) @ (3H, 3H), as
+  ``nn.Linear``) in fp32 and bf16, warm (the same shape again) and cold (every product
+  with a row count this process has not met), since the packed step loop meets new row
+  counts every batch and oneDNN builds a bf16 kernel for each
+  (docs/performance.md#machine-e-intel-with-amx-stop-42).
 
 Each figure is the median of ``--repeats`` calls in this process, after one warm-up;
 the CPU (model and flags) is printed with them. Run it with ``ATEN_CPU_CAPABILITY=avx2``
@@ -26,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.inference.search import row_topk
@@ -92,6 +98,22 @@ def encoder_directions(batch: int, src_len: int, size: int, threads: int, repeat
     return out
 
 
+def new_shapes(rows: int, size: int, count: int, repeats: int) -> dict[str, float]:
+    """ms of one (rows, size) @ (size, size) product, as ``F.linear`` runs it, in fp32 and
+    bf16: ``warm_*`` the median of the same shape repeated, ``cold_*`` the mean over
+    ``count`` products whose row counts (rows + 1, rows + 2, ...) this process has not met
+    before; the difference is about what building a kernel for a new shape costs."""
+    out = {}
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        w = torch.randn(size, size, dtype=dtype)
+        x = torch.randn(rows, size, dtype=dtype)
+        out[f"warm_{name}"] = median_ms(lambda x=x, w=w: F.linear(x, w), repeats)
+        xs = [torch.randn(rows + i, size, dtype=dtype) for i in range(1, count + 1)]
+        seconds = timed(lambda xs=xs, w=w: [F.linear(x, w) for x in xs], CPU)
+        out[f"cold_{name}"] = seconds / count * 1e3
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1)
@@ -103,7 +125,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--k", type=int, default=10, help="per-row top k (2 x beam)")
     p.add_argument("--encoder", action="store_true",
                    help="also time a bidirectional encoder layer's directions in turn and side by side")
-    p.add_argument("--batch", type=int, default=96, help="--encoder: sentences per batch")
+    p.add_argument("--batch", type=int, default=96,
+                   help="--encoder: sentences per batch; --new-shapes: the warm product's rows")
+    p.add_argument("--new-shapes", type=int, default=0, metavar="N",
+                   help="also time N products of new row counts against a warm one, fp32 and bf16")
+    p.add_argument("--step-size", type=int, default=768,
+                   help="--new-shapes: the product's inner and output size (3H of a GRU)")
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -126,6 +153,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bidirectional GRU layer fwd+bwd on ({args.batch}, {args.src_len}, {args.attn_size}): "
               f"in turn on {args.threads} thread(s) {enc['in_turn']:.1f} ms, side by side on one "
               f"thread each {enc['side_by_side']:.1f} ms (x{enc['in_turn'] / enc['side_by_side']:.2f})")
+    if args.new_shapes:
+        new = record["new_shapes_ms"] = new_shapes(args.batch, args.step_size, args.new_shapes,
+                                                   args.repeats)
+        for dtype in ("fp32", "bf16"):
+            print(f"{dtype} ({args.batch}, {args.step_size}) @ ({args.step_size}, "
+                  f"{args.step_size}): {new[f'warm_{dtype}']:.3f} ms warm, "
+                  f"{new[f'cold_{dtype}']:.3f} ms with a new row count each")
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
 

@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cpu = results["cpu"]
     print(f"CPU {cpu['model']} (family {cpu.get('family', '?')} model {cpu.get('model_number', '?')}), "
           f"{' '.join(cpu['flags'])}; torch kernels {cpu['kernels']}"
-          + (f"; instruction-set caps: {cpu['isa_caps']}" if cpu["isa_caps"] else ""))
+          + (f"; instruction-set caps: {cpu['isa_caps']}" if cpu["isa_caps"] else "")
+          + (f"; library settings: {cpu['library_settings']}" if cpu["library_settings"] else ""))
     results["matmul"] = rates = ceiling(args)
     bf16_n = rates.get("sizes", {}).get("bfloat16", args.matmul_size)
     print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"

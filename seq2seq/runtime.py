@@ -174,17 +174,27 @@ _SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf1
 # CPU has (e.g. to stand in for an AVX2-only CPU); a record made under them must say so
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
             "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE")
+# environment variables that change the speed (or the arithmetic) of torch's CPU kernels
+# without capping instructions: oneDNN's kernel cache size and implicit bf16 for fp32,
+# thread counts and placement
+LIBRARY_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY",
+                    "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
+                    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_PROC_BIND", "KMP_AFFINITY")
 _CPUINFO_KEYS = {"model name": "model", "cpu family": "family", "model": "model_number"}
 
 
 def cpu_description() -> dict[str, Any]:
-    """The CPU model, core count, matmul-relevant flags, the vector kernels torch runs and
-    any instruction-set caps in force, for benchmark records (figures from different
-    machines, or from one machine with and without caps, are only comparable with these
-    next to them)."""
+    """The CPU model, core count, matmul-relevant flags, the vector kernels torch runs, any
+    instruction-set caps and library settings (:data:`LIBRARY_SETTINGS`) in force, for
+    benchmark records (figures from different machines, or from one machine with and
+    without caps or settings, are only comparable with these next to them)."""
+    def set_of(names: tuple[str, ...]) -> dict[str, str]:
+        return {k: os.environ[k] for k in names if os.environ.get(k)}
+
     info: dict[str, Any] = {"model": platform.processor() or "unknown", "cores": os.cpu_count(),
                             "flags": [], "kernels": torch.backends.cpu.get_cpu_capability(),
-                            "isa_caps": {k: os.environ[k] for k in ISA_CAPS if os.environ.get(k)}}
+                            "isa_caps": set_of(ISA_CAPS),
+                            "library_settings": set_of(LIBRARY_SETTINGS)}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

@@ -275,3 +275,14 @@ def test_a_slow_matmul_is_measured_at_a_size_that_fits_the_budget(monkeypatch):
     monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 1e-4)
     benchmark.bench_ours.matmul_rate(1024, torch.float32, repeats=2, budget_s=1.0)
     assert set(sizes) == {1024}
+
+
+def test_kernel_benchmark_times_new_shapes_against_a_warm_one(tmp_path, capsys):
+    out = tmp_path / "kernels.json"
+    bench_kernels.main(["--rows", "6", "--src-len", "5", "--attn-size", "16", "--vocab", "1000",
+                        "--k", "4", "--repeats", "3", "--new-shapes", "3", "--batch", "5",
+                        "--step-size", "32", "--json", str(out)])
+    new = json.loads(out.read_text())["new_shapes_ms"]
+    assert set(new) == {"warm_fp32", "cold_fp32", "warm_bf16", "cold_bf16"}
+    assert all(v > 0 for v in new.values())
+    assert "with a new row count each" in capsys.readouterr().out

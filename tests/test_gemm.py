@@ -133,10 +133,13 @@ class _RouteLog(TorchDispatchMode):
 
 
 @needs_route
-def test_only_full_loss_chunks_take_onednn_and_match_the_plain_loss() -> None:
+def test_only_full_loss_chunks_take_onednn_and_match_the_plain_loss(onednn_rel_error: float
+                                                                   ) -> None:
     """The fused loss under the oneDNN route: full chunks' products go through oneDNN,
     the shorter last chunk's stay on MKL (its shape changes every batch), and the loss
-    and gradients equal plain cross-entropy's to fp32 accuracy."""
+    and gradients equal plain cross-entropy's to fp32 accuracy, or to bf16 accuracy on a
+    CPU where oneDNN's "fp32" products take bf16 inputs (AMX: there ``gemm.choose``
+    refuses the route, and only a forced one, as here, takes it)."""
     from seq2seq.model.loss import CHUNK_ROWS, linear_cross_entropy
 
     gen = torch.Generator().manual_seed(3)
@@ -151,9 +154,14 @@ def test_only_full_loss_chunks_take_onednn_and_match_the_plain_loss() -> None:
     fused_grads = torch.autograd.grad(fused, (x, w, b))
     plain = F.cross_entropy(F.linear(x, w, b), target, reduction="sum")
     plain_grads = torch.autograd.grad(plain, (x, w, b))
-    assert torch.allclose(fused, plain, rtol=1e-5)
-    for got, want in zip(fused_grads, plain_grads, strict=True):
-        assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+    if onednn_rel_error <= gemm.MAX_REL_ERROR:
+        assert torch.allclose(fused, plain, rtol=1e-5)
+        for got, want in zip(fused_grads, plain_grads, strict=True):
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:  # bf16 inputs: ~3 significant digits per product, accumulated in fp32
+        assert torch.allclose(fused, plain, rtol=1e-3)
+        for got, want in zip(fused_grads, plain_grads, strict=True):
+            assert float((got - want).norm() / want.norm()) < 1e-2
     routes = {rows: flag for rows, flag in log.calls if rows in (CHUNK_ROWS, 37)}
     assert routes[CHUNK_ROWS] == "bf16" and routes[37] != "bf16"
     assert torch.backends.mkldnn.matmul.fp32_precision != "bf16"

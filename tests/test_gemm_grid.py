@@ -29,18 +29,19 @@ def test_the_grid_rounds_up_by_at_most_an_eighth_and_keeps_model_sizes() -> None
 
 @pytest.mark.parametrize("m, k, n", [(37, 768, 768), (1, 5, 16), (61, 256, 768), (200, 70, 256),
                                      (3, 5, 7), (100, 256, 8000)])
-def test_mm_and_addmm_equal_a_float64_product(m: int, k: int, n: int) -> None:
+def test_mm_and_addmm_equal_a_float64_product(m: int, k: int, n: int,
+                                              onednn_rel_error: float) -> None:
     gen = torch.Generator().manual_seed(m + k + n)
     a, b = torch.randn(m, k, generator=gen, dtype=torch.float64), torch.randn(k, n, generator=gen, dtype=torch.float64)
     bias = torch.randn(n, generator=gen, dtype=torch.float64)
     for bb in (b.float(), b.float().t().contiguous().t()):  # a weight is often a transposed view
         got = gemm_grid.mm(a.float(), bb)
         assert got.shape == (m, n) and got.is_contiguous()
-        assert _rel(got, a @ b) < 1e-5
+        assert _rel(got, a @ b) < onednn_rel_error
         got = gemm_grid.addmm(bias.float(), a.float(), bb, beta=0.5, alpha=2.0)
-        assert got.shape == (m, n) and _rel(got, 0.5 * bias + 2.0 * (a @ b)) < 1e-5
+        assert got.shape == (m, n) and _rel(got, 0.5 * bias + 2.0 * (a @ b)) < onednn_rel_error
     got = gemm_grid.mm(a.float().t().contiguous().t(), b.float())  # a transposed left side
-    assert _rel(got, a @ b) < 1e-5
+    assert _rel(got, a @ b) < onednn_rel_error
 
 
 def test_off_grid_outputs_other_dtypes_and_large_sides_run_as_they_are() -> None:
@@ -54,9 +55,13 @@ def test_off_grid_outputs_other_dtypes_and_large_sides_run_as_they_are() -> None
     assert gemm_grid.calls["grid"] == start["grid"] + 1
 
 
-def test_a_layer_trains_the_same_on_the_grid() -> None:
+def test_a_layer_trains_the_same_on_the_grid(onednn_rel_error: float) -> None:
     """Forward and every gradient of linear -> tanh -> linear (autograd's backward
-    products go through the grid as well) equal the float64 computation."""
+    products go through the grid as well) equal the float64 computation to fp32
+    accuracy. On a CPU where oneDNN's "fp32" products take bf16 inputs, a product's
+    error passes on through the saturated tanh's gradient, so there the reference is the
+    same layer with every product through oneDNN unpadded: the grid's padding may change
+    only the rounding of the two products it leaves to MKL."""
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(45, 70, generator=gen, dtype=torch.float64)
     w1, b1 = torch.randn(256, 70, generator=gen, dtype=torch.float64), torch.randn(256, generator=gen, dtype=torch.float64)
@@ -68,7 +73,11 @@ def test_a_layer_trains_the_same_on_the_grid() -> None:
         (out ** 2).sum().backward()
         return [out.detach()] + [t.grad for t in leaves]
 
-    want = run(torch.float64)
+    if onednn_rel_error > 1e-5:
+        with gemm_grid.flag(True):
+            want = run(torch.float32)
+    else:
+        want = run(torch.float64)
     start = dict(gemm_grid.calls)
     with gemm_grid.on_grid():
         got = run(torch.float32)
@@ -77,7 +86,7 @@ def test_a_layer_trains_the_same_on_the_grid() -> None:
     assert gemm_grid.calls["grid"] == start["grid"] + 4
     assert gemm_grid.calls["as_is"] == start["as_is"] + 2
     for g, w in zip(got, want, strict=True):
-        assert _rel(g, w) < 1e-5
+        assert _rel(g, w) < onednn_rel_error
 
 
 def test_on_grid_gives_torchs_kernels_back_even_after_an_error() -> None:

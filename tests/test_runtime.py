@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from seq2seq.runtime import ISA_CAPS
+from seq2seq.runtime import ISA_CAPS, LIBRARY_SETTINGS
 
 # a child process: glibc's default or the setting (argv[1]), then a small model (`model`)
 MODEL = """
@@ -124,7 +124,7 @@ print(json.dumps(cpu_description()))
 
 
 def _describe(extra_env: dict[str, str]) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ISA_CAPS}
+    env = {k: v for k, v in os.environ.items() if k not in ISA_CAPS + LIBRARY_SETTINGS}
     out = subprocess.run([sys.executable, "-c", DESCRIBE], env={**env, **extra_env},
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
@@ -139,3 +139,13 @@ def test_cpu_description_records_instruction_set_caps_and_the_kernels_in_use():
     assert capped["isa_caps"] == {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     assert capped["kernels"] == "DEFAULT"
     assert capped["flags"] == plain["flags"]  # the CPU's own flags, caps or not
+
+
+def test_cpu_description_records_library_settings_that_change_speed():
+    # a run with a larger oneDNN kernel cache, or implicit bf16 for fp32, is not the default
+    assert _describe({})["library_settings"] == {}
+    tuned = _describe({"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16384",
+                       "ONEDNN_DEFAULT_FPMATH_MODE": "BF16"})
+    assert tuned["library_settings"] == {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "16384",
+                                         "ONEDNN_DEFAULT_FPMATH_MODE": "BF16"}
+    assert tuned["isa_caps"] == {}
