@@ -73,7 +73,7 @@ def test_a_layer_trains_the_same_on_the_grid(onednn_rel_error: float) -> None:
         (out ** 2).sum().backward()
         return [out.detach()] + [t.grad for t in leaves]
 
-    if onednn_rel_error > 1e-5:
+    if onednn_rel_error > gemm.MAX_REL_ERROR:  # oneDNN's route rounds inputs on this CPU
         with gemm_grid.flag(True):
             want = run(torch.float32)
     else:
