@@ -245,3 +245,35 @@ def test_auto_workers_follow_the_timings(monkeypatch: pytest.MonkeyPatch) -> Non
         assert command.choose_workers(cfg, t, batched=True) == 1  # one thread: nothing to split
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_auto_workers_are_timed_again_in_bf16(monkeypatch: pytest.MonkeyPatch, bf16: bool) -> None:
+    """The first workers probe runs in fp32; when the precision probe then picks bf16,
+    file mode times the workers again under bf16 autocast and keeps that answer."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from seq2seq import precision, runtime
+    from seq2seq.inference import command, workers
+
+    t = trained_word_translator()
+    seen: list[bool] = []
+
+    def fake_workers(n, model, batch_tokens, beam):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return (2 if seen[-1] else 1), "fake"
+
+    monkeypatch.setattr(workers, "choose_workers", fake_workers)
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(command, "choose_precision",
+                        lambda cfg, tr, batched: precision.of_name("bf16" if bf16 else "fp32"))
+    cfg = SimpleNamespace(workers=-1, batch_tokens=60, beam=2, precision="auto")
+    choice = command.choose_speed(cfg, t, batched=True)
+    assert choice.bf16 is bf16 and t.bf16 is bf16
+    assert seen == ([False, True] if bf16 else [False])
+    assert t.workers == (2 if bf16 else 1)
+    seen.clear()
+    command.choose_speed(cfg, t, batched=False)  # the filter: one sentence at a time, no probe
+    assert seen == [] and t.workers == 1

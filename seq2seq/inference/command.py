@@ -65,25 +65,36 @@ def translator_from_config(cfg: Any, batched: bool = False) -> Translator:
 def choose_speed(cfg: Any, translator: Translator, batched: bool) -> Any:
     """Set ``translator.workers`` and ``translator.bf16`` for this mode (``workers=`` first,
     since each worker decodes on one thread and the precision is timed there); returns
-    the precision choice (seq2seq.precision.Choice)."""
+    the precision choice (seq2seq.precision.Choice).
+
+    When bf16 is chosen, auto workers are timed again under bf16: the first timing ran in
+    fp32, and which layout wins depends on the precision (on one AMX machine, fp32 sat at
+    the threshold while bf16 decoded x1.14 faster side by side;
+    docs/performance.md#decoding)."""
     translator.workers = choose_workers(cfg, translator, batched)
     with _threads(1 if translator.workers > 1 else 0):
         choice = choose_precision(cfg, translator, batched)
     translator.bf16 = choice.bf16
+    if choice.bf16 and batched:
+        from seq2seq.runtime import autocast
+
+        with autocast(translator.device, True):
+            translator.workers = choose_workers(cfg, translator, batched, "in bf16")
     return choice
 
 
-def choose_workers(cfg: Any, translator: Translator, batched: bool) -> int:
+def choose_workers(cfg: Any, translator: Translator, batched: bool, how: str = "") -> int:
     """``workers=`` resolved for this mode (seq2seq.inference.workers.choose_workers): file
     mode's batches may decode side by side; the filter and the prompt decode one sentence
-    at a time, so 1. In file mode on a terminal the choice goes to stderr."""
+    at a time, so 1. In file mode on a terminal the choice goes to stderr (``how``: the
+    precision it was timed in, when not fp32)."""
     if not batched:
         return 1
     from seq2seq.inference import workers
 
     n, why = workers.choose_workers(cfg.workers, translator.model, cfg.batch_tokens, cfg.beam)
     if sys.stderr.isatty():
-        print(f"workers: {why}", file=sys.stderr, flush=True)
+        print(f"workers{' ' + how if how else ''}: {why}", file=sys.stderr, flush=True)
     return n
 
 
