@@ -68,9 +68,7 @@ def choose_speed(cfg: Any, translator: Translator, batched: bool) -> Any:
     the precision choice (seq2seq.precision.Choice).
 
     When bf16 is chosen, auto workers are timed again under bf16: the first timing ran in
-    fp32, and which layout wins depends on the precision (on one AMX machine, fp32 sat at
-    the threshold while bf16 decoded x1.14 faster side by side;
-    docs/performance.md#decoding)."""
+    fp32, and which layout wins depends on the precision (docs/performance.md#decoding)."""
     translator.workers = choose_workers(cfg, translator, batched)
     with _threads(1 if translator.workers > 1 else 0):
         choice = choose_precision(cfg, translator, batched)
