@@ -277,3 +277,6 @@ def test_auto_workers_are_timed_again_in_bf16(monkeypatch: pytest.MonkeyPatch, b
     seen.clear()
     command.choose_speed(cfg, t, batched=False)  # the filter: one sentence at a time, no probe
     assert seen == [] and t.workers == 1
+    cfg.workers = 3  # given, not timed: asked once, not again under bf16
+    command.choose_speed(cfg, t, batched=True)
+    assert len(seen) == 1

@@ -73,7 +73,7 @@ def choose_speed(cfg: Any, translator: Translator, batched: bool) -> Any:
     with _threads(1 if translator.workers > 1 else 0):
         choice = choose_precision(cfg, translator, batched)
     translator.bf16 = choice.bf16
-    if choice.bf16 and batched:
+    if choice.bf16 and batched and cfg.workers <= 0:  # workers=N is taken as given
         from seq2seq.runtime import autocast
 
         with autocast(translator.device, True):
