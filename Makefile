@@ -10,7 +10,8 @@ APERTIUM_PKGS := apertium apertium-eng-spa
 BROWSER_PKGS := chromium chromium-driver
 ARGS ?=
 
-.PHONY: install system python test test-slow reproduce corpus lint clean joeynmt-env onmt-env
+.PHONY: install system python test test-slow reproduce corpus lint clean joeynmt-env onmt-env \
+	gpu-bundle
 
 install: system python
 
@@ -90,4 +91,24 @@ onmt-env: .venv-onmt/.installed
 	  spacy==3.8.18 fasttext-wheel==0.9.2
 	.venv-onmt/bin/python -W ignore -c "import torch, onmt.bin.train, onmt.bin.translate; \
 	  assert torch.version.cuda is None, 'a CUDA build of torch came in'"
+	@touch $@
+
+# What scripts/gpu_check.sh needs on a GPU machine whose image has torch with CUDA (and numpy,
+# pyarrow, sentencepiece, sacrebleu, tensorboard, ...) but reaches no package index: the wheels
+# of the rest, for its Python 3.12, in .gpu/whl. The corpus travels as data/bible_es_en
+# (make corpus first). antlr4-python3-runtime 4.9.3 exists only as a source archive, so its
+# (pure-Python) wheel is built here.
+GPU_PY := 3.12
+GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64
+GPU_WHEELS := hydra-core==1.3.8 omegaconf==2.3.1 datasets==5.2.0 dill==0.4.1 \
+  multiprocess==0.70.19 fsspec==2026.9.0 joeynmt==2.3.0 subword-nmt==0.3.8 mock==5.2.0 \
+  importlib_metadata==10.2.0 lazy-importer==0.1.0
+gpu-bundle: .gpu/.bundled
+.gpu/.bundled: Makefile | python
+	rm -rf .gpu/whl && mkdir -p .gpu/whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PY) \
+	  --implementation cp $(GPU_PLATFORMS) -d .gpu/whl $(GPU_WHEELS)
+	$(PY) -m pip wheel -q --no-deps -w .gpu/whl antlr4-python3-runtime==4.9.3
+	@du -sh .gpu/whl
 	@touch $@

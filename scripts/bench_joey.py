@@ -24,7 +24,10 @@ from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.errors import Seq2SeqError
 
 ROOT = Path(__file__).resolve().parent.parent
-JOEY_PYTHON = ROOT / ".venv-joey" / "bin" / "python"
+# the Python with joeynmt: `.venv-joey` (make joeynmt-env), or SEQ2SEQ_JOEY_PYTHON where JoeyNMT
+# lives elsewhere (a GPU machine's own Python with JoeyNMT's wheels on PYTHONPATH: scripts/gpu_check.sh)
+JOEY_PYTHON_ENV = "SEQ2SEQ_JOEY_PYTHON"
+JOEY_PYTHON = Path(os.environ.get(JOEY_PYTHON_ENV) or ROOT / ".venv-joey" / "bin" / "python")
 TOKENS_PER_SEC = re.compile(r"Tokens per Sec:\s*([0-9.]+)")
 GENERATION = re.compile(r"Generation took\s*([0-9.]+)\[sec\]")
 PEAK = re.compile(r"PEAK_RSS_KB (\d+)")
@@ -139,8 +142,10 @@ def match_batch_size(src_lens: np.ndarray, tgt_lens: np.ndarray, target_tokens: 
 
 
 def joey_config(arm: str, files: dict[str, str], langs: tuple[str, str], model_dir: Path,
-                batch_size: int, updates: int, log_every: int, beam: int = 5) -> dict[str, Any]:
-    """The JoeyNMT YAML (as a dict) for ``arm`` (bahdanau | luong) at our configuration."""
+                batch_size: int, updates: int, log_every: int, beam: int = 5,
+                use_cuda: bool = False) -> dict[str, Any]:
+    """The JoeyNMT YAML (as a dict) for ``arm`` (bahdanau | luong) at our configuration;
+    ``use_cuda``: on the GPU, in fp32 (JoeyNMT's only mixed precision is fp16, not bf16)."""
     src, tgt = langs
     prefix = files["prefix"]
 
@@ -153,7 +158,7 @@ def joey_config(arm: str, files: dict[str, str], langs: tuple[str, str], model_d
            "embeddings": {"embedding_dim": 256, "dropout": 0.2}, "dropout": 0.2}
     return {
         "name": f"bench_{arm}", "joeynmt_version": "2.3.0", "model_dir": str(model_dir),
-        "use_cuda": False, "fp16": False, "random_seed": 1,
+        "use_cuda": use_cuda, "fp16": False, "random_seed": 1,
         "data": {"train": f"{prefix}/train", "dev": f"{prefix}/dev", "test": f"{prefix}/test",
                  "dataset_type": "plain",
                  "src": side(src, files["src_model"], "vocab.src"),

@@ -43,7 +43,12 @@ from seq2seq.errors import Seq2SeqError  # noqa: E402
 from seq2seq.inference.decode import decode  # noqa: E402
 from seq2seq.model import build_model, count_parameters, gemm  # noqa: E402
 from seq2seq.model.loss import chunk_shapes  # noqa: E402
-from seq2seq.runtime import flush_denormals, keep_freed_memory, seed_everything  # noqa: E402
+from seq2seq.runtime import (  # noqa: E402
+    flush_denormals,
+    keep_freed_memory,
+    resolve_device,
+    seed_everything,
+)
 from seq2seq.training.loop import Run, resolve_precision, train_step  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
 
@@ -51,9 +56,10 @@ ARMS = ("none", "bahdanau", "luong")
 
 
 def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, precision_name: str,
-                 threads: int, flush_denormals: bool = True) -> DictConfig:
+                 threads: int, flush_denormals: bool = True, device: str = "cpu") -> DictConfig:
     """The fixed benchmark configuration (configs/ defaults: GRU 256/256, bidirectional,
-    8k SentencePiece per side) with attention ``arm`` and a constant learning rate."""
+    8k SentencePiece per side) with attention ``arm``, a constant learning rate, on
+    ``device`` (cpu or cuda)."""
     from hydra import compose, initialize_config_dir
 
     from seq2seq.config import CONFIG_DIR, register_configs
@@ -61,7 +67,7 @@ def bench_config(data_overrides: list[str], arm: str, batch_tokens: int, precisi
     register_configs()
 
     overrides = [*data_overrides, f"model/attention={arm}", f"train.batch_tokens={batch_tokens}",
-                 f"train.precision={precision_name}", "train.device=cpu", f"train.threads={threads}",
+                 f"train.precision={precision_name}", f"train.device={device}", f"train.threads={threads}",
                  "train.lr_schedule=constant",
                  f"train.flush_denormals={str(flush_denormals).lower()}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -104,12 +110,13 @@ def make_run(cfg: DictConfig, bench: BenchData) -> Run:
     """A train.py Run without a run folder: what :func:`seq2seq.training.loop.train_step` needs."""
     seed_everything(cfg.train.seed)
     tok = bench.tokenizers
-    model = build_model(cfg.model, tok.src.vocab_size, tok.tgt.vocab_size).train()
+    device = resolve_device(cfg.train.device)
+    model = build_model(cfg.model, tok.src.vocab_size, tok.tgt.vocab_size).to(device).train()
     optimizer, scheduler = build_optimizer(model, cfg.train)
     # a fixed precision as seq2seq-train resolves it (auto is resolved in _resolve)
     fixed = precision.choose("fp32" if cfg.train.precision == "auto" else cfg.train.precision,
-                             torch.device("cpu"), lambda: None)
-    return Run(cfg, None, torch.device("cpu"), model, optimizer, scheduler, tok, bench.data,
+                             device, lambda: None)
+    return Run(cfg, None, device, model, optimizer, scheduler, tok, bench.data,
                bf16=fixed.bf16, loss_bf16=fixed.loss_bf16)
 
 
@@ -155,6 +162,7 @@ def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats:
     for r in range(repeats):
         group = batches[warmup + r * per_repeat: warmup + (r + 1) * per_repeat]
         turns.take()
+        synchronize(run.device)  # a GPU may still be running the warm-up's last steps
         start = time.perf_counter()
         for b in group:
             loss = train_step(run, b)
@@ -198,8 +206,8 @@ def profile_steps(run: Run, batches: list[batching.Batch], top: int = 15) -> str
 
 
 def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 10.0,
-                sizes: dict[str, int] | None = None) -> float:
-    """FLOP/s of an (n, n) @ (n, n) matmul: the best of ``repeats`` after a warm-up.
+                sizes: dict[str, int] | None = None, device: str = "cpu") -> float:
+    """FLOP/s of an (n, n) @ (n, n) matmul on ``device``: the best of ``repeats`` after a warm-up.
 
     Where a 256-sized product predicts more than ``budget_s`` for that at size n (bf16
     emulated on a CPU without native bf16 runs a 2048-sized product for about a minute),
@@ -208,35 +216,48 @@ def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 
     ("float32", "bfloat16").
     """
     small = min(n, 256)
-    once = _seconds_of_mm(small, dtype)
+    once = _seconds_of_mm(small, dtype, device)
     while n > small and once * (n / small) ** 3 * (repeats + 1) > budget_s:
         n //= 2
     if sizes is not None:
         sizes[str(dtype).removeprefix("torch.")] = n
-    return 2.0 * n ** 3 / _best_seconds(n, dtype, repeats)
+    return 2.0 * n ** 3 / _best_seconds(n, dtype, repeats, device)
 
 
-def _best_seconds(n: int, dtype: torch.dtype, repeats: int) -> float:
+def synchronize(device: str | torch.device) -> None:
+    """Wait for the work queued on a GPU (a CPU runs each op to its end: nothing to wait for)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best_seconds(n: int, dtype: torch.dtype, repeats: int, device: str = "cpu") -> float:
     """The fastest of ``repeats`` (n, n) @ (n, n) products, after one untimed."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
     torch.mm(a, b)
+    synchronize(device)
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         torch.mm(a, b)
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return best
 
 
-def _seconds_of_mm(n: int, dtype: torch.dtype) -> float:
-    return _best_seconds(n, dtype, 1)
+def _seconds_of_mm(n: int, dtype: torch.dtype, device: str = "cpu") -> float:
+    return _best_seconds(n, dtype, 1, device)
 
 
 def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[str, float]:
-    """Sentences/s decoding the test subset (tokenize + search + detokenize, model loaded)."""
+    """Sentences/s decoding the test subset (tokenize + search + detokenize, model loaded),
+    on the model's device."""
+    device = next(model.parameters()).device
     warmup = min(8, max(1, len(bench.test_sources) // 4))
-    decode(model, bench.tokenizers, bench.test_sources[:warmup], beam=beam, progress=False)
-    out = decode(model, bench.tokenizers, bench.test_sources, beam=beam, progress=False)
+    decode(model, bench.tokenizers, bench.test_sources[:warmup], beam=beam, device=device,
+           progress=False)
+    out = decode(model, bench.tokenizers, bench.test_sources, beam=beam, device=device,
+                 progress=False)
     n_out = sum(out.lengths)
     return {"sent_per_s": len(bench.test_sources) / out.seconds, "seconds": out.seconds,
             "out_tok_per_s": n_out / out.seconds, "mean_out_len": n_out / max(len(out.lengths), 1)}
@@ -257,7 +278,7 @@ def measure_arm(arm: str, settings: dict[str, Any]) -> dict[str, Any]:
     os.environ[gemm.ENV] = settings.get("fp32_gemm", "auto")  # this child's route, as seq2seq-train's
     cfg = bench_config(settings["data_overrides"], arm, settings["batch_tokens"],
                        settings["precision"], settings["threads"],
-                       settings.get("flush_denormals", True))
+                       settings.get("flush_denormals", True), settings.get("device", "cpu"))
     keep_freed_memory()  # as seq2seq-train does
     flushed = cfg.train.flush_denormals and flush_denormals()
     bench = load_bench_data(cfg, settings["decode_sentences"])
@@ -287,9 +308,10 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
     cfg, d = run.cfg, bench.data
     need = settings["warmup"] + settings["repeats"] * settings["per_repeat"]
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
-    batches = [batching.collate(d.train, i) for i in idx[:need]]
+    batches = [batching.collate(d.train, i).to(run.device) for i in idx[:need]]
     reason, route = _resolve(run, batches, settings, route)
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if run.bf16 else contextlib.nullcontext()
+    ctx = (torch.autocast(run.device.type, dtype=torch.bfloat16) if run.bf16
+           else contextlib.nullcontext())
     row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "loss_bf16": run.loss_bf16,
                            "precision": reason,
                            "params": count_parameters(run.model),
@@ -307,14 +329,26 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
         model, trained = run.model, settings.get("decode_runs", {}).get(arm)
         if trained:  # an untrained model's outputs run to the length cap: time a trained one
             from seq2seq.runs.checkpoint import load_model
-            model = load_model(trained)[0]
+            model = load_model(trained)[0].to(run.device)
         row["decode_model"] = trained or "untrained (weights after the timed training batches)"
         with ctx:  # train.precision covers training only; decoding under bf16 needs it explicitly
             row["greedy"] = time_decoding(model, bench, beam=1)
             row["beam5"] = time_decoding(model, bench, beam=5)
         row["decode_sentences"] = len(bench.test_sources)
     row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if run.device.type == "cuda":
+        row["device"] = gpu_description(run.device)
+        row["peak_gpu_mib"] = torch.cuda.max_memory_allocated(run.device) / 2 ** 20
     return row
+
+
+def gpu_description(device: torch.device) -> dict[str, Any]:
+    """The GPU a row was measured on: name, compute capability, memory, CUDA and cuDNN."""
+    props = torch.cuda.get_device_properties(device)
+    return {"name": props.name, "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2 ** 30, 1),
+            "multiprocessors": props.multi_processor_count, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(), "torch": torch.__version__}
 
 
 def child_command(arm: str, settings: dict[str, Any], out: Path) -> tuple[list[str], dict[str, str]]:

@@ -17,7 +17,8 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """JoeyNMT training and decoding speed per arm, plus the shared files and batch sizing."""
     from seq2seq.corpus import load_corpus
 
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads)
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads,
+                                  device=args.device)
     bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
     files = bench_joey.export_data(bench, load_corpus(cfg.data), cfg.data.src_lang,
                                    cfg.data.tgt_lang, work / "joey_data")
@@ -29,7 +30,8 @@ def measure_joey(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     updates = (warm + args.repeats) * args.per_repeat
     for arm in filter(None, args.joey_arms.split(",")):
         jcfg = bench_joey.joey_config(arm, files, (cfg.data.src_lang, cfg.data.tgt_lang),
-                                      work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat)
+                                      work / f"joey_{arm}", batch["batch_size"], updates, args.per_repeat,
+                                      use_cuda=args.device == "cuda")
         JOEY_CONFIGS[arm] = jcfg
         row = {"train": bench_joey.train(jcfg, work, warmup_windows=warm)}
         if args.joey_flush_denormals:
@@ -58,7 +60,8 @@ JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
 
 def measure_onmt(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """OpenNMT-py training and decoding speed per arm, plus the shared files and batch sizing."""
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads)
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads,
+                                  device=args.device)
     bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
     files = bench_onmt.export_data(bench, work / "onmt_data")
     d = bench.data

@@ -94,8 +94,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--joey-flush-denormals", action="store_true",
                    help="also time JoeyNMT's training with denormals flushed in every thread "
                         "(what the same CPU setting gives it; rows 'ARM+ftz'), in every round")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="where both toolkits train and decode (cuda: JoeyNMT with use_cuda, in fp32)")
     p.add_argument("--threads", type=int, default=2, help="torch threads for every process")
-    p.add_argument("--batch-tokens", type=int, default=3000, help="real target tokens per batch")
+    p.add_argument("--batch-tokens", type=int, default=None,
+                   help="real target tokens per batch (default 3000, or --model-profile's)")
+    p.add_argument("--model-profile", default=None, metavar="NAME",
+                   help="our model at configs/profile/NAME.yaml's sizes (e.g. paper: 620/1000, "
+                        "maxout) and its train.batch_tokens; ours only (use with --no-joey)")
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed warm-up batches (ours; JoeyNMT's untimed updates are this, "
                         "rounded up to whole --per-repeat windows, at least one window). The "
@@ -140,8 +146,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if p.parse_known_args(argv)[0].quick:  # quick changes the defaults; explicit options win
         p.set_defaults(warmup=1, repeats=2, per_repeat=1, decode_sentences=10, matmul_size=1024)
     args = p.parse_args(argv)
+    apply_model_profile(args)
     check_args(args)
     return args
+
+
+def apply_model_profile(args: argparse.Namespace) -> None:
+    """--model-profile NAME: the profile's ``model`` keys become data overrides (before the
+    user's own --data), and its train.batch_tokens the batch size unless --batch-tokens is
+    given; without it the batch is 3,000 target tokens."""
+    from omegaconf import OmegaConf
+
+    from seq2seq.config import CONFIG_DIR
+
+    batch_tokens = 3000
+    if args.model_profile:
+        path = Path(CONFIG_DIR) / "profile" / f"{args.model_profile}.yaml"
+        if not path.is_file():
+            names = sorted(f.stem for f in path.parent.glob("*.yaml"))
+            raise ConfigError(f"--model-profile {args.model_profile!r}: no {path}; use one of "
+                              f"{', '.join(names)}")
+        profile = OmegaConf.load(path)
+        model = OmegaConf.to_container(profile.get("model", {}))
+        args.data = [*(f"model.{k}={str(v).lower() if isinstance(v, bool) else v}"
+                       for k, v in model.items()), *args.data]
+        batch_tokens = int(profile.get("train", {}).get("batch_tokens", batch_tokens))
+    if args.batch_tokens is None:
+        args.batch_tokens = batch_tokens
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -167,6 +198,9 @@ def check_args(args: argparse.Namespace) -> None:
     if min(args.mark_minutes or 0, args.mark_sentences or 0) < 0:
         raise ConfigError("--mark-minutes and --mark-sentences must be >= 0")
     ours_runs(args.ours_run)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is visible to torch "
+                          f"{torch.__version__}; run on a GPU machine or drop --device")
 
 
 def ours_runs(specs: list[str]) -> dict[str, str]:
@@ -187,16 +221,18 @@ def settings_of(args: argparse.Namespace, precision: str, flush_denormals: bool 
             "threads": args.threads, "warmup": args.warmup, "repeats": args.repeats,
             "per_repeat": args.per_repeat, "decode_sentences": args.decode_sentences,
             "decode": True, "decode_runs": ours_runs(args.ours_run), "profile": args.profile,
-            "fp32_gemm": args.fp32_gemm}
+            "fp32_gemm": args.fp32_gemm, "device": args.device}
 
 
 def ceiling(args: argparse.Namespace) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     sizes: dict[str, int] = {}
-    rates = {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32, sizes=sizes),
-             "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16, sizes=sizes),
-             "n": args.matmul_size, "sizes": sizes, "threads": args.threads}
-    if gemm.available():  # the fp32 ceiling of rows whose GEMMs went through oneDNN
+    rates = {"fp32_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.float32, sizes=sizes,
+                                                        device=args.device),
+             "bf16_flops_per_s": bench_ours.matmul_rate(args.matmul_size, torch.bfloat16, sizes=sizes,
+                                                        device=args.device),
+             "n": args.matmul_size, "sizes": sizes, "threads": args.threads, "device": args.device}
+    if gemm.available() and args.device == "cpu":  # the fp32 ceiling of rows whose GEMMs went through oneDNN
         with gemm.using(gemm.Choice(True, "")), gemm.recurring():  # using() alone routes nothing
             rates["fp32_onednn_flops_per_s"] = bench_ours.matmul_rate(args.matmul_size, torch.float32)
     return rates
@@ -289,6 +325,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"{' '.join(cpu['flags'])}; torch kernels {cpu['kernels']}"
           + (f"; instruction-set caps: {cpu['isa_caps']}" if cpu["isa_caps"] else "")
           + (f"; library settings: {cpu['library_settings']}" if cpu["library_settings"] else ""))
+    if args.device == "cuda":
+        results["gpu"] = gpu = bench_ours.gpu_description(torch.device("cuda"))
+        print(f"GPU {gpu['name']} (capability {gpu['capability']}, {gpu['memory_gib']} GiB, "
+              f"{gpu['multiprocessors']} SMs), CUDA {gpu['cuda']}, cuDNN {gpu['cudnn']}, "
+              f"torch {gpu['torch']}")
     results["matmul"] = rates = ceiling(args)
     bf16_n = rates.get("sizes", {}).get("bfloat16", args.matmul_size)
     print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
@@ -296,7 +337,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              if "fp32_onednn_flops_per_s" in rates else "") + ", "
           f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s"
           + (f" (at {bf16_n}^3: slow here)" if bf16_n != args.matmul_size else "")
-          + f" ({args.threads} threads)")
+          + (" (GPU)" if args.device == "cuda" else f" ({args.threads} threads)"))
     print(HEADER)
     results["ours"] = measure_ours(args, rates)
     for name, row in results["ours"].items():

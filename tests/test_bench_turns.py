@@ -149,7 +149,8 @@ def test_our_warm_up_is_split_over_its_turns(monkeypatch):
 
     monkeypatch.setattr(bench_ours, "train_step", lambda run, b: events.append(b.i) or torch.tensor(0.0))
     batches = [types.SimpleNamespace(i=i, n_tgt_tokens=10, n_src_tokens=10) for i in range(9)]
-    res = bench_ours.time_training(None, batches, warmup=5, repeats=2, per_repeat=2,
+    run = types.SimpleNamespace(device=torch.device("cpu"))
+    res = bench_ours.time_training(run, batches, warmup=5, repeats=2, per_repeat=2,
                                    turns=Recorded(None), warm_turns=2)
     # the first turn is taken by measure_arm; 5 warm-up batches in 2 turns, 2 timed groups
     assert events == [0, 1, "give", "take", 2, 3, 4, "give", "take", 5, 6, "give",

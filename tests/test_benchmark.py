@@ -133,7 +133,8 @@ def test_the_onednn_ceiling_is_timed_through_onednn(monkeypatch):
         pytest.skip("this torch has no oneDNN matmul route")
     flags = []
 
-    def rate(n, dtype, sizes=None):
+    def rate(n, dtype, sizes=None, device="cpu"):
+        assert device == "cpu"
         flags.append((dtype, torch.backends.mkldnn.matmul.fp32_precision))
         return 1.0
     monkeypatch.setattr(benchmark.bench_ours, "matmul_rate", rate)
@@ -173,6 +174,44 @@ def test_bad_options_are_clear_errors():
     with pytest.raises(benchmark.ConfigError, match="no 'none' attention"):
         benchmark.parse_args(["--joey-arms", "none"])
     assert benchmark.parse_args(["--quick", "--repeats", "3"]).repeats == 3  # explicit wins
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_gpu_asked_for_without_one_is_a_clear_error():
+    with pytest.raises(benchmark.ConfigError, match="--device cuda: no CUDA device"):
+        benchmark.parse_args(["--device", "cuda"])
+
+
+def test_a_model_profile_sets_our_sizes_and_its_batch(tmp_path):
+    args = benchmark.parse_args(["--no-joey", "--model-profile", "paper", "--data", "model.dropout=0"])
+    assert "model.hidden_size=1000" in args.data and "model.maxout=true" in args.data
+    assert args.data[-1] == "model.dropout=0"  # the user's own overrides come last and win
+    assert args.batch_tokens == 8000  # configs/profile/paper.yaml's train.batch_tokens
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", 1,
+                                  device="cuda")  # composing needs no GPU
+    assert (cfg.model.emb_size, cfg.model.hidden_size, cfg.model.dropout) == (620, 1000, 0)
+    assert cfg.train.device == "cuda" and cfg.train.batch_tokens == 8000
+    explicit = benchmark.parse_args(["--no-joey", "--model-profile", "paper", "--batch-tokens", "500"])
+    assert explicit.batch_tokens == 500
+    assert benchmark.parse_args(["--no-joey"]).batch_tokens == 3000
+    with pytest.raises(benchmark.ConfigError, match="'papr'.*use one of paper, quick"):
+        benchmark.parse_args(["--model-profile", "papr"])
+
+
+def test_joey_on_a_gpu_and_from_another_python(tmp_path, monkeypatch):
+    files = {"prefix": str(tmp_path), "src_model": "s.model", "tgt_model": "t.model"}
+    assert bench_joey.joey_config("luong", files, ("es", "en"), tmp_path, 600, 20, 10)["use_cuda"] is False
+    cfg = bench_joey.joey_config("luong", files, ("es", "en"), tmp_path, 600, 20, 10, use_cuda=True)
+    assert cfg["use_cuda"] is True and cfg["fp16"] is False
+    import importlib
+
+    monkeypatch.setenv(bench_joey.JOEY_PYTHON_ENV, sys.executable)
+    try:
+        assert importlib.reload(bench_joey).joey_command(["train"])[0] == sys.executable
+    finally:
+        monkeypatch.delenv(bench_joey.JOEY_PYTHON_ENV)
+        importlib.reload(bench_joey)
+    assert bench_joey.JOEY_PYTHON.parts[-3:] == (".venv-joey", "bin", "python")
 
 
 def test_joey_config_matches_our_sizes(tmp_path):
@@ -266,13 +305,13 @@ def test_a_slow_matmul_is_measured_at_a_size_that_fits_the_budget(monkeypatch):
         sizes.append(a.size(0))
         return real_mm(a, b)
     monkeypatch.setattr(benchmark.bench_ours.torch, "mm", counted_mm)
-    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 0.05)
+    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype, device="cpu": 0.05)
     used: dict[str, int] = {}
     benchmark.bench_ours.matmul_rate(2048, torch.float32, repeats=2, budget_s=1.0, sizes=used)
     # 0.05 s at 256 predicts 3 x 0.05 x 8^3 = 77 s at 2048; 256 is the largest that fits 1 s
     assert set(sizes) == {256} and used == {"float32": 256}
     sizes.clear()
-    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype: 1e-4)
+    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype, device="cpu": 1e-4)
     benchmark.bench_ours.matmul_rate(1024, torch.float32, repeats=2, budget_s=1.0)
     assert set(sizes) == {1024}
 
