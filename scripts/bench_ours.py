@@ -211,12 +211,14 @@ def matmul_rate(n: int, dtype: torch.dtype, repeats: int = 5, budget_s: float = 
 
     Where a 256-sized product predicts more than ``budget_s`` for that at size n (bf16
     emulated on a CPU without native bf16 runs a 2048-sized product for about a minute),
-    the size is halved until it fits: the rate of the slow path is then measured in
-    seconds, not minutes. The size used is stored in ``sizes`` under the dtype's name
-    ("float32", "bfloat16").
+    the size is halved until it fits (on a CPU): the rate of the slow path is then
+    measured in seconds, not minutes. The size used is stored in ``sizes`` under the
+    dtype's name ("float32", "bfloat16").
     """
     small = min(n, 256)
-    once = _seconds_of_mm(small, dtype, device)
+    # a GPU's 256-sized product is launch-bound: scaling its time by n^3 would shrink n for
+    # nothing, and no GPU emulates bf16 the slow way
+    once = _seconds_of_mm(small, dtype, device) if torch.device(device).type == "cpu" else 0.0
     while n > small and once * (n / small) ** 3 * (repeats + 1) > budget_s:
         n //= 2
     if sizes is not None:

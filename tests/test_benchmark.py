@@ -314,6 +314,14 @@ def test_a_slow_matmul_is_measured_at_a_size_that_fits_the_budget(monkeypatch):
     monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype, device="cpu": 1e-4)
     benchmark.bench_ours.matmul_rate(1024, torch.float32, repeats=2, budget_s=1.0)
     assert set(sizes) == {1024}
+    # a GPU's small product is launch-bound: its size is not cut (nothing runs on a GPU here)
+    monkeypatch.setattr(benchmark.bench_ours, "_seconds_of_mm", lambda n, dtype, device="cpu": 0.05)
+    monkeypatch.setattr(benchmark.bench_ours, "_best_seconds",
+                        lambda n, dtype, repeats, device="cpu": 1.0)
+    used.clear()
+    rate = benchmark.bench_ours.matmul_rate(2048, torch.float32, repeats=2, budget_s=1.0,
+                                            sizes=used, device="cuda")
+    assert used == {"float32": 2048} and rate == 2.0 * 2048 ** 3
 
 
 def test_kernel_benchmark_times_new_shapes_against_a_warm_one(tmp_path, capsys):
