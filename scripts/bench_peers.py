@@ -60,8 +60,7 @@ JOEY_CONFIGS: dict[str, dict[str, Any]] = {}
 
 def measure_onmt(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """OpenNMT-py training and decoding speed per arm, plus the shared files and batch sizing."""
-    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads,
-                                  device=args.device)
+    cfg = bench_ours.bench_config(args.data, "bahdanau", args.batch_tokens, "fp32", args.threads)
     bench = bench_ours.load_bench_data(cfg, args.decode_sentences)
     files = bench_onmt.export_data(bench, work / "onmt_data")
     d = bench.data

@@ -198,6 +198,8 @@ def check_args(args: argparse.Namespace) -> None:
     if min(args.mark_minutes or 0, args.mark_sentences or 0) < 0:
         raise ConfigError("--mark-minutes and --mark-sentences must be >= 0")
     ours_runs(args.ours_run)
+    if args.device == "cuda" and (args.minutes or args.onmt_arms):  # their runs are CPU-only
+        raise ConfigError("--minutes and --onmt-arms run on the CPU only: drop --device cuda")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible to torch "
                           f"{torch.__version__}; run on a GPU machine or drop --device")

@@ -182,6 +182,12 @@ def test_a_gpu_asked_for_without_one_is_a_clear_error():
         benchmark.parse_args(["--device", "cuda"])
 
 
+def test_the_cpu_only_comparisons_refuse_a_gpu():
+    for extra in (["--minutes", "10"], ["--onmt-arms", "luong"]):
+        with pytest.raises(benchmark.ConfigError, match="run on the CPU only"):
+            benchmark.parse_args(["--device", "cuda", *extra])
+
+
 def test_a_model_profile_sets_our_sizes_and_its_batch(tmp_path):
     args = benchmark.parse_args(["--no-joey", "--model-profile", "paper", "--data", "model.dropout=0"])
     assert "model.hidden_size=1000" in args.data and "model.maxout=true" in args.data
