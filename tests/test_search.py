@@ -283,3 +283,19 @@ def test_row_topk_equals_torch_topk(width):
     assert torch.equal(values, ties.topk(10, dim=1).values)
     assert torch.equal(ties.gather(1, idx), values)
     assert bool((idx.sort(dim=1).values.diff(dim=1) > 0).all())  # no entry twice
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_log_probs_equal_the_plain_log_softmax(dtype):
+    """search._log_probs (in place over an fp32 buffer) against log_softmax with PAD and
+    BOS masked; bf16 logits are left as they were."""
+    from seq2seq.inference.search import _log_probs
+
+    logits = (torch.randn(6, 50, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    before = logits.clone()
+    want = torch.log_softmax(logits.float(), dim=-1)
+    want[:, [PAD_ID, BOS_ID]] = float("-inf")
+    got = _log_probs(logits)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    if dtype == torch.bfloat16:
+        assert torch.equal(logits, before)

@@ -72,8 +72,15 @@ def _max_lengths(src_lens: Tensor, ratio: float, extra: int) -> list[int]:
 
 
 def _log_probs(logits: Tensor) -> Tensor:
-    """(N, V) logits -> float32 log-probabilities; PAD and BOS can never be produced."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    """(N, V) logits -> float32 log-probabilities; PAD and BOS can never be produced.
+
+    Written in place over the fp32 copy of bf16 logits, or over fp32 ``logits`` themselves
+    (every caller passes a step's fresh output and never reads it again): one (N, V)
+    buffer instead of two, which the beam's per-step vocabulary work feels
+    (docs/performance.md#decoding).
+    """
+    logp = logits.float()
+    torch.log_softmax(logp, dim=-1, out=logp)
     logp[:, PAD_ID] = float("-inf")
     logp[:, BOS_ID] = float("-inf")
     return logp
