@@ -234,17 +234,15 @@ def synchronize(device: str | torch.device) -> None:
 
 def _best_seconds(n: int, dtype: torch.dtype, repeats: int, device: str = "cpu") -> float:
     """The fastest of ``repeats`` (n, n) @ (n, n) products, after one untimed."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    torch.mm(a, b)
-    synchronize(device)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
+    dev = torch.device(device)
+    a = torch.randn(n, n, device=dev).to(dtype)
+    b = torch.randn(n, n, device=dev).to(dtype)
+
+    def product() -> None:
         torch.mm(a, b)
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+
+    precision.timed(product, dev)  # the warm-up, waited for on a GPU
+    return min(precision.timed(product, dev) for _ in range(repeats))
 
 
 def _seconds_of_mm(n: int, dtype: torch.dtype, device: str = "cpu") -> float:
