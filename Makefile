@@ -8,6 +8,8 @@ SWORD_PKGS := sword-text-sparv sword-text-kjv sword-text-web
 APERTIUM_PKGS := apertium apertium-eng-spa
 # headless Chromium and its WebDriver for the browser test of seq2seq-serve's page
 BROWSER_PKGS := chromium chromium-driver
+# a C compiler: decoding builds its fused kernels with it on first use (seq2seq/native)
+NATIVE_PKGS := gcc
 ARGS ?=
 
 .PHONY: install system python test test-slow reproduce corpus lint clean joeynmt-env onmt-env \
@@ -16,19 +18,22 @@ ARGS ?=
 install: system python
 
 # Debian SWORD modules (public-domain Bibles), the Apertium rule-based baseline (the
-# reference row of `make reproduce`) and Chromium with chromium-driver (the browser test
-# of seq2seq-serve). Skipped with a clear message where apt is missing; set SWORD_PATH to
-# a folder holding mods.d/ and modules/ instead, and the report then skips the Apertium
-# row and the tests skip the browser test.
+# reference row of `make reproduce`), Chromium with chromium-driver (the browser test
+# of seq2seq-serve) and gcc (decoding's C kernels). Skipped with a clear message where
+# apt is missing; set SWORD_PATH to a folder holding mods.d/ and modules/ instead, and
+# the report then skips the Apertium row, the tests skip the browser test, and decoding
+# runs without its C kernels unless a C compiler is on PATH.
 system: .stamp-system
 .stamp-system: Makefile
 	@if command -v apt-get >/dev/null 2>&1; then \
-	  if ! dpkg -s $(SWORD_PKGS) $(APERTIUM_PKGS) $(BROWSER_PKGS) >/dev/null 2>&1; then \
+	  if ! dpkg -s $(SWORD_PKGS) $(APERTIUM_PKGS) $(BROWSER_PKGS) $(NATIVE_PKGS) >/dev/null 2>&1; then \
 	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(SWORD_PKGS) && \
 	    { $(SUDO) apt-get install -y -qq $(APERTIUM_PKGS) || \
 	      echo "could not install $(APERTIUM_PKGS): the reproduction report skips the Apertium row"; } && \
 	    { $(SUDO) apt-get install -y -qq $(BROWSER_PKGS) || \
-	      echo "could not install $(BROWSER_PKGS): the browser test of seq2seq-serve is skipped"; }; \
+	      echo "could not install $(BROWSER_PKGS): the browser test of seq2seq-serve is skipped"; } && \
+	    { $(SUDO) apt-get install -y -qq $(NATIVE_PKGS) || \
+	      echo "could not install $(NATIVE_PKGS): decoding uses torch ops instead of its C kernels"; }; \
 	  fi; \
 	else \
 	  echo "apt-get not found: install the SWORD modules spaRV1909eb, engKJV2006eb and engWEB2015eb"; \

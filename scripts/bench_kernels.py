@@ -5,7 +5,7 @@
 - ``tanh`` against ``sigmoid`` on a (rows, source length, attention size) tensor: the
   additive attention computes vᵀ tanh(z) as 2 vᵀ σ(2z) - Σv because torch's CPU tanh
   was several times slower (docs/performance.md#additive-attention-through-the-sigmoid).
-- ``torch.topk`` against :func:`seq2seq.inference.search.row_topk` on (rows, vocabulary)
+- ``torch.topk`` against :func:`seq2seq.inference.vocab.row_topk` on (rows, vocabulary)
   log-probabilities: the beam search's per-row top 2k.
 - With ``--encoder``: a bidirectional encoder layer's forward + backward as the encoder
   runs it (one direction after the other, each on all ``--threads``) against the two
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.inference.search import row_topk
+from seq2seq.inference.vocab import row_topk
 from seq2seq.precision import timed
 from seq2seq.runtime import cpu_description
 

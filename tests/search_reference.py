@@ -16,10 +16,10 @@ from seq2seq.errors import ConfigError
 from seq2seq.inference.search import (
     Hypothesis,
     _eval_mode,
-    _log_probs,
     _max_lengths,
     length_penalty,
 )
+from seq2seq.inference.vocab import _log_probs
 
 
 def reference_beam_search(model: nn.Module, src: Tensor, src_lens: Tensor, beam: int = 5,

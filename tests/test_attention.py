@@ -203,7 +203,7 @@ def test_memory_index_select_reorders_every_field():
 
 def test_step_scores_backward_matches_gradcheck():
     """The one-step bilinear scores' hand-written backward (attention._StepScores)."""
-    from seq2seq.model.attention import _StepScores
+    from seq2seq.model.scorers import _StepScores
 
     gen = torch.Generator().manual_seed(0)
     keys = torch.randn(3, 5, 4, generator=gen, dtype=torch.double, requires_grad=True)

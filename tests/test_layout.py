@@ -57,8 +57,9 @@ def test_no_import_cycles() -> None:
             visit(module)
 
 
+# seq2seq.native: C kernels behind plain tensor functions, importing nothing of seq2seq
 LOWER_LAYERS = {"seq2seq", "seq2seq.errors", "seq2seq.constants", "seq2seq.config",
-                "seq2seq.config.schema", "seq2seq.config.checks"}
+                "seq2seq.config.schema", "seq2seq.config.checks", "seq2seq.native"}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("seq2seq.model")))
@@ -66,6 +67,10 @@ def test_the_model_imports_only_the_model_and_its_config(module: str) -> None:
     outside = {d for d in GRAPH[module]
                if not d.startswith("seq2seq.model") and d not in LOWER_LAYERS}
     assert not outside, f"{module} imports {sorted(outside)}"
+
+
+def test_the_native_kernels_import_nothing_of_seq2seq() -> None:
+    assert not GRAPH["seq2seq.native"], GRAPH["seq2seq.native"]
 
 
 def test_the_reference_model_imports_nothing_of_the_fast_one() -> None:

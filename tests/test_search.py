@@ -15,10 +15,12 @@ from model_helpers import (
 from search_reference import reference_beam_search
 from torch import nn
 
+from seq2seq import native
 from seq2seq.config import AttentionConfig, ModelConfig
 from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.errors import ConfigError
-from seq2seq.inference.search import Hypothesis, beam_search, greedy, length_penalty, row_topk
+from seq2seq.inference.search import Hypothesis, beam_search, greedy, length_penalty
+from seq2seq.inference.vocab import row_topk
 from seq2seq.model import build_model
 
 VOCAB = 12
@@ -120,7 +122,8 @@ def _assert_same(a, b):
 def test_beam_search_equals_the_plain_reference(trained, name, beam, nbest):
     """The per-step records traced back give what copying every history gives: the same
     tokens, scores and attention, with sentences retiring at different steps (EOS, the
-    n-best rule, the length cap) and an empty output among them."""
+    n-best rule, the length cap) and an empty output among them. Both on the torch path,
+    which the reference shares (the native kernels against it: tests/test_native.py)."""
     if name == "trained":
         model, src, lens = trained
     elif name == "lstm":
@@ -131,10 +134,11 @@ def test_beam_search_equals_the_plain_reference(trained, name, beam, nbest):
     else:
         model, src, lens = _untrained(name), trained[1], trained[2]
     for ratio, extra in ((2.0, 10), (0.3, 1), (0.0, 1)):
-        got = beam_search(model, src, lens, beam=beam, nbest=nbest, max_len_ratio=ratio,
-                          max_len_extra=extra)
-        want = reference_beam_search(model, src, lens, beam=beam, nbest=nbest,
-                                     max_len_ratio=ratio, max_len_extra=extra)
+        with native.disabled():
+            got = beam_search(model, src, lens, beam=beam, nbest=nbest, max_len_ratio=ratio,
+                              max_len_extra=extra)
+            want = reference_beam_search(model, src, lens, beam=beam, nbest=nbest,
+                                         max_len_ratio=ratio, max_len_extra=extra)
         assert len(got) == len(want)
         for g_hyps, w_hyps in zip(got, want, strict=True):
             assert [h.tokens for h in g_hyps] == [h.tokens for h in w_hyps]
@@ -287,9 +291,9 @@ def test_row_topk_equals_torch_topk(width):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_log_probs_equal_the_plain_log_softmax(dtype):
-    """search._log_probs (in place over an fp32 buffer) against log_softmax with PAD and
+    """vocab._log_probs (in place over an fp32 buffer) against log_softmax with PAD and
     BOS masked; bf16 logits are left as they were."""
-    from seq2seq.inference.search import _log_probs
+    from seq2seq.inference.vocab import _log_probs
 
     logits = (torch.randn(6, 50, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
     before = logits.clone()

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.constants import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.constants import BOS_ID, EOS_ID
 from seq2seq.errors import ConfigError
 from seq2seq.inference.settings import SearchSettings
+from seq2seq.inference.vocab import best_tokens
 
-__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty", "row_topk",
+__all__ = ["Hypothesis", "SearchSettings", "beam_search", "greedy", "length_penalty",
            "search_batch"]
 
 
@@ -71,50 +72,6 @@ def _max_lengths(src_lens: Tensor, ratio: float, extra: int) -> list[int]:
     return [max(1, int(ratio * n) + extra) for n in src_lens.tolist()]
 
 
-def _log_probs(logits: Tensor) -> Tensor:
-    """(N, V) logits -> float32 log-probabilities; PAD and BOS can never be produced.
-
-    Written in place over the fp32 copy of bf16 logits, or over fp32 ``logits`` themselves
-    (every caller passes a step's fresh output and never reads it again): one (N, V)
-    buffer instead of two, which the beam's per-step vocabulary work feels
-    (docs/performance.md#decoding).
-    """
-    logp = logits.float()
-    torch.log_softmax(logp, dim=-1, out=logp)
-    logp[:, PAD_ID] = float("-inf")
-    logp[:, BOS_ID] = float("-inf")
-    return logp
-
-
-TOPK_BLOCK = 64  # vocabulary entries per block in row_topk's first stage
-
-
-def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """``x.topk(k, dim=1)`` of (N, V) rows in two stages: the k blocks of TOPK_BLOCK
-    entries with the largest maxima, then the k largest of those blocks' entries.
-
-    Exact: fewer than k entries exceed one of a row's k largest, so fewer than k blocks
-    have a larger maximum and its block is among the k kept. torch's CPU topk copies
-    every (value, index) pair of a row before selecting; the first stage only reads
-    the row once for its block maxima (docs/performance.md#decoding). The values are
-    torch.topk's; among equal values the indices may differ (torch leaves that order
-    unspecified too).
-    """
-    n, width = x.shape
-    blocks = width // TOPK_BLOCK
-    if blocks < 2 * k:  # a small vocabulary: nothing to gain
-        return x.topk(k, dim=1)
-    head = x[:, : blocks * TOPK_BLOCK].reshape(n, blocks, TOPK_BLOCK)
-    _, best = head.amax(dim=2).topk(k, dim=1)  # (N, k) block numbers
-    offsets = torch.arange(TOPK_BLOCK, device=x.device)
-    idx = (best.unsqueeze(2) * TOPK_BLOCK + offsets).view(n, k * TOPK_BLOCK)
-    if blocks * TOPK_BLOCK < width:  # the last, partial block is always a candidate
-        tail = torch.arange(blocks * TOPK_BLOCK, width, device=x.device).expand(n, -1)
-        idx = torch.cat([idx, tail], dim=1)
-    values, pos = x.gather(1, idx).topk(k, dim=1)
-    return values, idx.gather(1, pos)
-
-
 def greedy(model: nn.Module, src: Tensor, src_lens: Tensor, max_len_ratio: float = 2.0,
            max_len_extra: int = 10, alpha: float = 0.6) -> list[Hypothesis]:
     """Greedy decoding of a batch: src (B, S) padded, src_lens (B,) -> B hypotheses.
@@ -133,7 +90,7 @@ def greedy(model: nn.Module, src: Tensor, src_lens: Tensor, max_len_ratio: float
         tokens, totals, weights = [], [], []
         for t in range(max(max_len)):
             logits, state, w = model.step(y, state, memory)
-            best, y = _log_probs(logits).max(dim=-1)
+            best, y = (t.squeeze(1) for t in best_tokens(logits, 1))
             total = total + best  # the running sum, added in the same order as beam search
             tokens.append(y)
             totals.append(total)
@@ -276,11 +233,10 @@ class _BeamSearch:
     def _advance(self, t: int) -> None:
         k, n = self.k, len(self.active)
         logits, state, w = self.model.step(self.y, self.state, self.memory)
-        logp = _log_probs(logits)  # (n*k, V)
         # a sentence's 2k best continuations are among the 2k best of each of its rows:
         # choosing per row first spares the (n, k*V) matrix of every candidate's score
-        width = min(2 * k, logp.size(-1))
-        row_s, row_tok = row_topk(logp, width)  # (n*k, width)
+        width = min(2 * k, logits.size(-1))
+        row_s, row_tok = best_tokens(logits, width)  # (n*k, width)
         cand = (self.scores.view(-1, 1) + row_s).view(n, k * width)
         top_s, top_i = cand.topk(2 * k, dim=1)  # (n, 2k): at most k of them end in EOS
         tok = row_tok.view(n, k * width).gather(1, top_i)

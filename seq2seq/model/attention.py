@@ -20,7 +20,6 @@ The decoder never tests a name. It reads three flags that say what an attention 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +30,7 @@ from torch import Tensor, nn
 from seq2seq.config import AttentionName, LuongScore
 from seq2seq.errors import ConfigError
 from seq2seq.model.deferred import DeferredGrad, deferring
+from seq2seq.model.scorers import AdditiveScorer, BilinearScorer
 
 
 @dataclass
@@ -117,91 +117,6 @@ def _attend(scores: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         weights = torch.softmax(scores + memory.mask_bias.unsqueeze(1), dim=-1)
         context = torch.bmm(weights, memory.values)
     return context, weights
-
-
-class AdditiveScorer(nn.Module):
-    """e_j = vᵀ tanh(W q + U h_j); U h_j is the precomputed key (batch, S, attn_size).
-
-    Computed through tanh(z) = 2σ(2z) - 1, so e_j = (2v)ᵀ σ(2(W q + U h_j)) - Σv: the
-    same scores up to rounding, but torch's CPU sigmoid is several times faster than its
-    tanh, and this (batch, [T,] S, attn_size) nonlinearity is the largest pointwise cost
-    of Bahdanau attention in training and decoding (docs/performance.md#additive-attention-through-the-sigmoid).
-    """
-
-    def __init__(self, query_size: int, key_size: int, attn_size: int) -> None:
-        super().__init__()
-        self.query_proj = nn.Linear(query_size, attn_size, bias=False)
-        self.key_proj = nn.Linear(key_size, attn_size)
-        self.v = nn.Linear(attn_size, 1, bias=False)
-
-    def keys(self, h: Tensor) -> Tensor:
-        """(B, S, key_size) -> (B, S, attn_size)."""
-        return self.key_proj(h)
-
-    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
-        """query (B, Q) or (B, T, Q), keys (B, S, A) -> scores (B, [T,] S)."""
-        q2 = 2 * self.query_proj(query)
-        if query.dim() == 2:
-            z2 = torch.add(q2.unsqueeze(1), keys, alpha=2)  # 2(Wq + U h_j) in one pass
-        else:
-            z2 = torch.add(q2.unsqueeze(2), keys.unsqueeze(1), alpha=2)
-        return 2 * self.v(z2.sigmoid_()).squeeze(-1) - self.v.weight.sum()
-
-
-class _StepScores(torch.autograd.Function):
-    """scores (B, S) = K (B, S, Q) · q (B, Q) for one step, with a faster backward for q.
-
-    Autograd's backward of bmm(K, q) forms grad q = Kᵀ g as a bmm over a transposed
-    (B, Q, S) view, which torch's CPU kernels run much slower than the same product
-    written g (B, 1, S) · K (B, S, Q); in a Luong training step the difference shows
-    (docs/performance.md#luong-step-scores-with-a-hand-written-backward).
-    """
-
-    @staticmethod
-    def forward(ctx, keys: Tensor, q: Tensor) -> Tensor:
-        ctx.save_for_backward(keys, q)
-        return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        keys, q = ctx.saved_tensors
-        grad_keys = grad_q = None
-        if ctx.needs_input_grad[0]:
-            grad_keys = torch.bmm(grad.unsqueeze(2), q.unsqueeze(1))
-        if ctx.needs_input_grad[1]:
-            grad_q = torch.bmm(grad.unsqueeze(1), keys).squeeze(1)
-        return grad_keys, grad_q
-
-
-class BilinearScorer(nn.Module):
-    """e_j = qᵀ K_j with K_j = W h_j (``general``) or h_j (``dot``), optionally / sqrt(d).
-
-    ``dot`` needs equal sizes; when the bidirectional encoder (2H) and the decoder (H)
-    differ, h_j is projected to the decoder size first, as Luong's concat score does
-    when sizes differ.
-    """
-
-    def __init__(self, query_size: int, key_size: int, project: bool, scale: bool) -> None:
-        super().__init__()
-        project = project or key_size != query_size
-        self.key_proj = nn.Linear(key_size, query_size, bias=False) if project else None
-        self.scale = 1.0 / math.sqrt(query_size) if scale else 1.0
-
-    def keys(self, h: Tensor) -> Tensor:
-        """(B, S, key_size) -> (B, S, query_size)."""
-        return h if self.key_proj is None else self.key_proj(h)
-
-    def forward(self, query: Tensor, keys: Tensor, keys_grad: DeferredGrad | None = None
-                ) -> Tensor:
-        """query (B, Q) or (B, T, Q), keys (B, S, Q) -> scores (B, [T,] S).
-
-        keys_grad: in a step loop, attaches the (detached) keys' gradient.
-        """
-        q = query * self.scale if self.scale != 1.0 else query
-        if query.dim() == 2:
-            scores = _StepScores.apply(keys, q)
-            return scores if keys_grad is None else keys_grad.add(scores, q)
-        return torch.bmm(q, keys.transpose(1, 2))
 
 
 class Attention(nn.Module):

@@ -1,0 +1,234 @@
+"""Fused C kernels for decoding, compiled on first use for this CPU, chosen by timing.
+
+Two parts of a batched beam-search step are chains of memory-bound torch ops that no
+library fuses on a CPU (``torch.compile`` was measured slower,
+docs/performance.md#native-decoding-kernels): the additive attention scores and the
+vocabulary side (log-softmax and top-k). ``kernels.c`` does each in one pass.
+
+- **Build.** The C compiler (``$CC``, else Python's, else ``cc``) builds ``kernels.c``
+  with ``-march=native`` into ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or
+  ``$XDG_CACHE_HOME`` move it), keyed by the source, the flags, the compiler and the
+  CPU, in well under a second. It needs no headers or libc at link time.
+- **Choice.** Each kernel is used only where a timing on a synthetic problem, once per
+  process and dtype, finds it faster than the torch ops it replaces (:func:`choose`).
+- **Fallback.** No compiler, a failed build or ``SEQ2SEQ_NATIVE=0``: the torch path
+  runs, with one line on stderr for a failed build. Results agree within fp32 rounding
+  (tests/test_native.py); outputs may differ where two hypotheses nearly tie.
+- Kernels run on one thread and release the GIL (ctypes), so decoding workers
+  (seq2seq/inference/workers.py) run them side by side.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+__all__ = ["additive_scores", "available", "choose", "disabled", "status", "vocab_topk"]
+
+SOURCE = Path(__file__).with_name("kernels.c")
+# no -ffast-math: linked into a shared library it would set flush-to-zero for the whole
+# process; these flags allow the vectorized reductions without that side effect
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
+         "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-freciprocal-math",
+         "-fPIC", "-shared", "-nostdlib")
+TRIALS = 5  # timed calls of each path in a choice, alternating, after one untimed call
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "lib": the CDLL or None, "why": its status line
+_chosen: dict[str, tuple[bool, str]] = {}
+_off = threading.Event()  # set inside disabled()
+
+_P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+
+def _compiler() -> str | None:
+    configured = os.environ.get("CC") or (sysconfig.get_config_var("CC") or "")
+    for name in (configured.split()[:1] or []) + ["cc", "gcc"]:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("SEQ2SEQ_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "seq2seq")
+    return Path(root) / "native"
+
+
+def _cpu_key() -> str:
+    """The CPU's model and flags (``-march=native`` builds for exactly these)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return "|".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags"))}))
+    except OSError:
+        return platform.machine() + platform.processor()
+
+
+def _build(cc: str) -> Path:
+    """The compiled library for this source, flags, compiler and CPU (built if missing)."""
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                             timeout=30).stdout.split("\n")[0]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), cc, version,
+                                    _cpu_key()]).encode()).hexdigest()[:16]
+    folder = _cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: build for this process only
+        folder = Path(tempfile.mkdtemp(prefix="seq2seq-native-"))
+    target = folder / f"kernels-{key}.so"
+    if target.exists():
+        return target
+    tmp = folder / f".kernels-{key}-{os.getpid()}-{threading.get_ident()}.so"
+    done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True,
+                          text=True, timeout=120)
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError((done.stderr.strip().splitlines() or ["no message"])[-1])
+    os.replace(tmp, target)  # atomic: a concurrent build of the same key wins or loses whole
+    return target
+
+
+def _load() -> ctypes.CDLL | None:
+    with _lock:
+        if "lib" in _state:
+            return _state["lib"]  # type: ignore[return-value]
+        lib, why = None, ""
+        cc = _compiler()
+        if os.environ.get("SEQ2SEQ_NATIVE", "1") == "0":
+            why = "off (SEQ2SEQ_NATIVE=0)"
+        elif platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+            why = f"off (built only on Linux x86-64, not {platform.system()} {platform.machine()})"
+        elif cc is None:
+            why = "off (no C compiler: install gcc, or set CC, for faster decoding)"
+        else:
+            try:
+                path = _build(cc)
+                lib = ctypes.CDLL(str(path))
+                lib.additive_scores.argtypes = [_P, _P, _P, _F, _I64, _I64, _I64, _I64,
+                                                ctypes.c_int, _P]
+                lib.additive_scores.restype = None
+                lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P]
+                lib.vocab_topk.restype = None
+                why = f"on ({Path(cc).name}, {path})"
+            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+                lib = None
+                why = f"off (the C build failed: {err}); decoding uses torch ops"
+                print(f"note: seq2seq's native decoding kernels: {why}", file=sys.stderr,
+                      flush=True)
+        _state.update(lib=lib, why=why)
+        return lib
+
+
+def available() -> bool:
+    """True when the kernels are built and loaded (and not switched off)."""
+    return not _off.is_set() and _load() is not None
+
+
+def status() -> str:
+    """One line: whether the kernels are on, and each choice made so far."""
+    _load()
+    parts = [str(_state["why"])] + [why for _, why in _chosen.values()]
+    return "; ".join(parts)
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Inside the block every caller takes its torch path (A/B timings, tests)."""
+    _off.set()
+    try:
+        yield
+    finally:
+        _off.clear()
+
+
+def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[], object]]]
+           ) -> bool:
+    """True when kernel ``name`` is available and faster here than its torch path.
+
+    ``trial()`` returns (torch path, kernel) as calls on one synthetic problem; they are
+    timed once per process and ``name`` (median of :data:`TRIALS`, alternating).
+    """
+    if not available():
+        return False
+    with _lock:
+        if name in _chosen:
+            return _chosen[name][0]
+    import time
+
+    eager, fast = trial()
+    eager(), fast()
+    times: dict[str, list[float]] = {"eager": [], "fast": []}
+    for _ in range(TRIALS):
+        for label, fn in (("eager", eager), ("fast", fast)):
+            start = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - start)
+    e, f = (sorted(times[k])[TRIALS // 2] for k in ("eager", "fast"))
+    use = f < e
+    why = f"{name}: {'kernel' if use else 'torch'} ({f * 1e3:.2f} ms against torch {e * 1e3:.2f})"
+    with _lock:
+        _chosen.setdefault(name, (use, why))
+        return _chosen[name][0]
+
+
+def _ptr(t: Tensor) -> int:
+    return t.data_ptr()
+
+
+def additive_scores(q2: Tensor, keys: Tensor, v: Tensor) -> Tensor | None:
+    """Additive attention scores 2 vᵀσ(q2 + 2 keys) - Σv in one pass, or None where the
+    kernel does not apply (library missing, a GPU tensor, mixed or other dtypes).
+
+    q2: (B, A) or (B, G, A) = 2 W q (G queries per memory row); keys: (B, S, A), the same
+    dtype (fp32 or bf16); v: (A,) or (1, A). Returns float32 (B, S) or (B, G, S).
+    """
+    lib = _load()
+    if lib is None or _off.is_set() or q2.device.type != "cpu" or keys.device.type != "cpu" \
+            or q2.dtype != keys.dtype or q2.dtype not in (torch.float32, torch.bfloat16):
+        return None
+    one = q2.dim() == 2
+    q = (q2.unsqueeze(1) if one else q2).contiguous()
+    keys = keys.contiguous()
+    w = v.detach().reshape(-1).float().contiguous()
+    (b, g, a), s = q.shape, keys.size(1)
+    if keys.shape != (b, s, a) or w.numel() != a:
+        return None
+    out = torch.empty(b, g, s, dtype=torch.float32)
+    lib.additive_scores(_ptr(q), _ptr(keys), _ptr(w), float(w.sum()), b, g, s, a,
+                        int(q.dtype == torch.bfloat16), _ptr(out))
+    return out.squeeze(1) if one else out
+
+
+def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor, Tensor] | None:
+    """Per row of logits (N, V) its ``k`` largest log-probabilities, best first, (N, k)
+    float32, and their token ids (N, k) long, in one pass; None where the kernel does
+    not apply. Ids in ``skip`` count in the softmax but are never chosen."""
+    lib = _load()
+    if lib is None or _off.is_set() or logits.device.type != "cpu" or logits.dim() != 2 \
+            or logits.dtype not in (torch.float32, torch.bfloat16):
+        return None
+    n, width = logits.shape
+    if not 1 <= k <= width - len(skip):
+        return None
+    x = logits.contiguous()
+    skip_ids = torch.tensor(list(skip), dtype=torch.int64)
+    vals = torch.empty(n, k, dtype=torch.float32)
+    idx = torch.empty(n, k, dtype=torch.int64)
+    lib.vocab_topk(_ptr(x), n, width, k, _ptr(skip_ids), len(skip),
+                   int(x.dtype == torch.bfloat16), _ptr(vals), _ptr(idx))
+    return vals, idx

@@ -1,0 +1,194 @@
+/* Fused decoding kernels for seq2seq, compiled on first use for the CPU they run on
+ * (seq2seq/native/__init__.py; docs/performance.md#native-decoding-kernels).
+ *
+ * Why hand-written: in batched beam search two parts of a step are chains of
+ * memory-bound torch ops over large blocks, which no library fuses on a CPU
+ * (torch.compile was measured slower, docs/performance.md):
+ *   - additive attention scores, (B, G, S, A) add + sigmoid + v-product, one pass here;
+ *   - the vocabulary side: bf16 logits -> fp32 copy -> log-softmax -> top-k, three to
+ *     five passes over (rows, V) in torch, one read of the logits here.
+ *
+ * No headers and no libc at link time (built with -nostdlib): the few symbols used
+ * (logf, memcpy/memset the compiler may emit) resolve against the Python process, so a
+ * bare C compiler is all it needs. Everything is computed in fp32; bf16 inputs are
+ * widened exactly. Inputs are contiguous, rows of a matrix back to back.
+ */
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+
+float logf(float);
+
+static inline float bf16_to_f32(u16 h) {
+    u32 u = (u32)h << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
+/* exp(x) for x <= 0 (the callers' range) down to ~-87: 2^n * p(r) with
+ * r = x - n ln2 in [-ln2/2, ln2/2] and p the degree-6 Taylor polynomial (relative error
+ * ~2e-7). Plain arithmetic so that the compiler vectorizes the loops calling it; a call
+ * to libm's expf would keep them scalar. */
+static inline float fast_exp(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float n = __builtin_roundf(x * 1.44269504088896341f);
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int e = ((int)n + 127) << 23;
+    float s;
+    __builtin_memcpy(&s, &e, 4);
+    return p * s;
+}
+
+/* sigmoid(z) for any z through e = exp(-|z|) only, so fast_exp's range holds:
+ * 1 / (1 + e) for z >= 0, e / (1 + e) below (no cancellation for large negative z). */
+static inline float sigmoid(float z) {
+    float e = fast_exp(z < 0.0f ? z : -z);
+    float s = 1.0f / (1.0f + e);
+    return z < 0.0f ? e * s : s;
+}
+
+/* One (sentence, source position): scores of its G queries against key k (A,). */
+static void score_key(const float *q2, const float *k2, const float *v, float vsum, i64 G, i64 A,
+                      i64 S, float *out) {
+    for (i64 g = 0; g < G; g++) {
+        const float *q = q2 + g * A;
+        float acc = 0.0f;
+        for (i64 a = 0; a < A; a++)
+            acc += v[a] * sigmoid(q[a] + k2[a]);
+        out[g * S] = 2.0f * acc - vsum;
+    }
+}
+
+/* Additive attention scores through the sigmoid (seq2seq/model/attention.py,
+ * AdditiveScorer): out[b, g, j] = 2 sum_a v[a] sigmoid(q2[b, g, a] + 2 keys[b, j, a]) - vsum.
+ * q2 (B, G, A) is 2 W q; keys (B, S, A); v (A,) fp32; out (B, G, S) fp32.
+ * bf16: q2 and keys are bf16 (is_bf16 = 1), else fp32. */
+void additive_scores(const void *q2, const void *keys, const float *v, float vsum, i64 B, i64 G,
+                     i64 S, i64 A, int is_bf16, float *out) {
+    float qf[G * A];
+    float kf[A];
+    for (i64 b = 0; b < B; b++) {
+        const float *q = (const float *)q2 + b * G * A;
+        if (is_bf16) {
+            const u16 *qh = (const u16 *)q2 + b * G * A;
+            for (i64 i = 0; i < G * A; i++)
+                qf[i] = bf16_to_f32(qh[i]);
+            q = qf;
+        }
+        for (i64 j = 0; j < S; j++) {
+            i64 row = (b * S + j) * A;
+            if (is_bf16) {
+                const u16 *kh = (const u16 *)keys + row;
+                for (i64 a = 0; a < A; a++)
+                    kf[a] = 2.0f * bf16_to_f32(kh[a]);
+            } else {
+                const float *kr = (const float *)keys + row;
+                for (i64 a = 0; a < A; a++)
+                    kf[a] = 2.0f * kr[a];
+            }
+            score_key(q, kf, v, vsum, G, A, S, out + b * G * S + j);
+        }
+    }
+}
+
+#define BLOCK 64 /* vocabulary entries per block: a block whose maximum cannot enter is skipped */
+
+/* Keep x[i] in the descending top-k list (vals, idx) if it beats the last entry. */
+static void scan(const float *x, i64 lo, i64 hi, i64 k, const i64 *skip, i64 n_skip, float *vals,
+                 i64 *idx) {
+    for (i64 i = lo; i < hi; i++) {
+        float t = x[i];
+        if (!(t > vals[k - 1]))
+            continue;
+        int skipped = 0;
+        for (i64 s = 0; s < n_skip; s++)
+            skipped |= i == skip[s];
+        if (skipped)
+            continue;
+        i64 p = k - 1;
+        while (p > 0 && vals[p - 1] < t) {
+            vals[p] = vals[p - 1];
+            idx[p] = idx[p - 1];
+            p--;
+        }
+        vals[p] = t;
+        idx[p] = i;
+    }
+}
+
+/* One row x (V,) fp32 -> its k best log-softmax values (descending) and their indices. */
+static void topk_row(const float *x, i64 V, i64 k, const i64 *skip, i64 n_skip, float *vals,
+                     i64 *idx, float *block_max, char *seen) {
+    i64 blocks = V / BLOCK;
+    for (i64 bl = 0; bl < blocks; bl++) {
+        const float *xb = x + bl * BLOCK;
+        float m16[16];
+        for (int l = 0; l < 16; l++)
+            m16[l] = xb[l];
+        for (int j = 16; j < BLOCK; j += 16)
+            for (int l = 0; l < 16; l++)
+                m16[l] = xb[j + l] > m16[l] ? xb[j + l] : m16[l];
+        float m = m16[0];
+        for (int l = 1; l < 16; l++)
+            m = m16[l] > m ? m16[l] : m;
+        block_max[bl] = m;
+        seen[bl] = 0;
+    }
+    float mx = -__builtin_inff();
+    for (i64 bl = 0; bl < blocks; bl++)
+        mx = block_max[bl] > mx ? block_max[bl] : mx;
+    for (i64 i = blocks * BLOCK; i < V; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (i64 i = 0; i < V; i++)
+        sum += fast_exp(x[i] - mx);
+    float log_sum = logf(sum);
+    for (i64 i = 0; i < k; i++) {
+        vals[i] = -__builtin_inff();
+        idx[i] = -1;
+    }
+    /* the k blocks with the largest maxima first; then only blocks that can still enter */
+    for (i64 r = 0; r < k && r < blocks; r++) {
+        i64 best = -1;
+        for (i64 bl = 0; bl < blocks; bl++)
+            if (!seen[bl] && (best < 0 || block_max[bl] > block_max[best]))
+                best = bl;
+        seen[best] = 1;
+        scan(x, best * BLOCK, best * BLOCK + BLOCK, k, skip, n_skip, vals, idx);
+    }
+    for (i64 bl = 0; bl < blocks; bl++)
+        if (!seen[bl] && block_max[bl] > vals[k - 1])
+            scan(x, bl * BLOCK, bl * BLOCK + BLOCK, k, skip, n_skip, vals, idx);
+    scan(x, blocks * BLOCK, V, k, skip, n_skip, vals, idx);
+    for (i64 i = 0; i < k; i++) /* the order of torch's log_softmax: (x - max) - log(sum) */
+        vals[i] = (vals[i] - mx) - log_sum;
+}
+
+/* logits (N, V), fp32 or bf16 (is_bf16) -> per row the k largest log-probabilities
+ * vals (N, k) fp32, best first, and their indices idx (N, k); the n_skip token ids in
+ * skip (PAD, BOS) count in the softmax but are never chosen. Needs k <= V - n_skip. */
+void vocab_topk(const void *logits, i64 N, i64 V, i64 k, const i64 *skip, i64 n_skip,
+                int is_bf16, float *vals, i64 *idx) {
+    float row[is_bf16 ? V : 1];
+    float block_max[V / BLOCK + 1];
+    char seen[V / BLOCK + 1];
+    for (i64 r = 0; r < N; r++) {
+        const float *x = (const float *)logits + r * V;
+        if (is_bf16) {
+            const u16 *h = (const u16 *)logits + r * V;
+            for (i64 i = 0; i < V; i++)
+                row[i] = bf16_to_f32(h[i]);
+            x = row;
+        }
+        topk_row(x, V, k, skip, n_skip, vals + r * k, idx + r * k, block_max, seen);
+    }
+}

@@ -1,0 +1,211 @@
+"""The native decoding kernels (seq2seq/native) against the torch ops they replace: the
+same numbers within fp32 rounding, PAD and BOS never chosen, the same beam-search
+output, the choice by timing, and a clean fallback when no C compiler builds them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from model_helpers import (
+    fit,
+    one_thread,  # noqa: F401  (autouse fixture)
+    reverse_task,
+)
+
+from seq2seq import native
+from seq2seq.config import AttentionConfig, ModelConfig
+from seq2seq.constants import BOS_ID, PAD_ID
+from seq2seq.inference.search import beam_search, greedy
+from seq2seq.inference.vocab import _log_probs, best_tokens, row_topk
+from seq2seq.model import build_model
+from seq2seq.model.scorers import additive_scores
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_kernels = pytest.mark.skipif(not native.available(),
+                                   reason=f"native kernels not built here: {native.status()}")
+
+
+def test_the_kernels_build_wherever_a_c_compiler_is_found():
+    """A machine with a compiler must not fall back silently (make system installs gcc)."""
+    import shutil
+
+    if not any(shutil.which(c) for c in ("cc", "gcc")):
+        pytest.skip("no C compiler on this machine")
+    assert native.available(), native.status()
+    assert native.status().startswith("on (")
+
+
+@needs_kernels
+@pytest.mark.parametrize("queries", [0, 1, 5])  # 0: one (B, A) query per memory row
+def test_additive_scores_equal_the_torch_path(queries):
+    gen = torch.Generator().manual_seed(0)
+    b, s, a = 7, 13, 48
+    q2 = torch.randn((b, a) if queries == 0 else (b, queries, a), generator=gen) * 3
+    keys = torch.randn(b, s, a, generator=gen) * 2
+    v = torch.randn(1, a, generator=gen)
+    got = native.additive_scores(q2, keys, v)
+    want = additive_scores(q2.double(), keys.double(), v.double())
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernels
+def test_additive_scores_in_bf16_are_the_fp32_scores_of_the_bf16_inputs():
+    """bf16 inputs are widened exactly and the scores computed in fp32: closer to the
+    exact scores than torch's bf16 chain, which rounds after each op."""
+    gen = torch.Generator().manual_seed(1)
+    q2 = (torch.randn(4, 5, 256, generator=gen) * 2).bfloat16()
+    keys = torch.randn(4, 30, 256, generator=gen).bfloat16()
+    v = torch.randn(1, 256, generator=gen) / 16
+    exact = additive_scores(q2.double(), keys.double(), v.double())
+    got = native.additive_scores(q2, keys, v)
+    torch.testing.assert_close(got.double(), exact, rtol=1e-5, atol=1e-5)
+    torch_bf16 = additive_scores(q2, keys, v).double()
+    assert (got.double() - exact).abs().max() < (torch_bf16 - exact).abs().max()
+
+
+@needs_kernels
+def test_additive_scores_hold_at_extreme_arguments():
+    q2 = torch.tensor([[[-500.0, 500.0, 0.0, 90.0]]])
+    keys = torch.tensor([[[-200.0, 200.0, 1e-8, -45.0], [0.0, 0.0, 0.0, 0.0]]])
+    v = torch.tensor([[1.0, -2.0, 0.5, 3.0]])
+    got = native.additive_scores(q2, keys, v)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), additive_scores(q2.double(), keys.double(),
+                                                             v.double()), rtol=1e-6, atol=1e-6)
+
+
+def test_the_kernels_refuse_what_they_do_not_cover():
+    keys = torch.randn(2, 3, 8)
+    assert native.additive_scores(torch.randn(2, 8).double(), keys.double(), torch.ones(8)) is None
+    assert native.additive_scores(torch.randn(2, 8).bfloat16(), keys, torch.ones(8)) is None
+    assert native.vocab_topk(torch.randn(3, 6), 5, (PAD_ID, BOS_ID)) is None  # 5 > 6 - 2
+    assert native.vocab_topk(torch.randn(3, 6).double(), 2) is None
+
+
+@needs_kernels
+@pytest.mark.parametrize("width", [8000, 8003, 100, 40])
+@pytest.mark.parametrize("k", [1, 10])
+def test_vocab_topk_equals_log_softmax_then_topk(width, k):
+    gen = torch.Generator().manual_seed(width + k)
+    logits = torch.randn(37, width, generator=gen) * 4
+    logits[::3, PAD_ID] = 50.0  # PAD and BOS can be the largest and still never come out
+    logits[1::3, BOS_ID] = 50.0
+    want_v, want_i = row_topk(_log_probs(logits.clone()), k)
+    got_v, got_i = native.vocab_topk(logits, k, (PAD_ID, BOS_ID))
+    assert got_v.shape == got_i.shape == (37, k) and got_i.dtype == torch.int64
+    assert torch.equal(got_i, want_i)
+    torch.testing.assert_close(got_v, want_v, rtol=2e-6, atol=2e-6)
+
+
+@needs_kernels
+def test_vocab_topk_reads_bf16_logits_and_keeps_all_but_the_skipped():
+    gen = torch.Generator().manual_seed(3)
+    logits = (torch.randn(9, 20, generator=gen) * 3).bfloat16()
+    got_v, got_i = native.vocab_topk(logits, 18, (PAD_ID, BOS_ID))
+    want_v = _log_probs(logits)
+    assert not ({PAD_ID, BOS_ID} & set(got_i.flatten().tolist()))
+    assert (got_v[:, :-1] >= got_v[:, 1:]).all()
+    torch.testing.assert_close(got_v, want_v.gather(1, got_i), rtol=2e-6, atol=2e-6)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(emb_size=32, hidden_size=64, dropout=0.1,
+                                    attention=AttentionConfig(name="bahdanau")), 12, 12)
+    src, lens, tgt_in, tgt_out = reverse_task(vocab=12)
+    fit(model, src, lens, tgt_in, tgt_out, steps=80)
+    return model, src[:12], lens[:12]
+
+
+@needs_kernels
+@pytest.mark.parametrize("beam,nbest", [(1, 1), (5, 3)])
+def test_search_with_the_kernels_equals_search_without(trained, beam, nbest):
+    model, src, lens = trained
+    with native.disabled():
+        want = beam_search(model, src, lens, beam=beam, nbest=nbest)
+        want_greedy = greedy(model, src, lens)
+    got = beam_search(model, src, lens, beam=beam, nbest=nbest)
+    assert [[h.tokens for h in hs] for hs in got] == [[h.tokens for h in hs] for hs in want]
+    for g_hyps, w_hyps in zip(got, want, strict=True):
+        for g, w in zip(g_hyps, w_hyps, strict=True):
+            assert g.score == pytest.approx(w.score, abs=1e-5)
+            torch.testing.assert_close(g.attention, w.attention, rtol=1e-5, atol=1e-5)
+    assert [h.tokens for h in greedy(model, src, lens)] == [h.tokens for h in want_greedy]
+
+
+@needs_kernels
+def test_training_keeps_the_torch_path_and_its_gradients(trained):
+    """With gradients on, the scorer takes the differentiable torch path."""
+    model = trained[0]
+    scorer = model.decoder.attention.scorer
+    query, keys = torch.randn(3, 64), torch.randn(3, 5, scorer.v.in_features)
+    scores = scorer(query, keys)
+    assert scores.requires_grad
+    scores.sum().backward()
+    assert scorer.query_proj.weight.grad is not None
+    with torch.no_grad():
+        torch.testing.assert_close(scorer(query, keys), scores.detach(), rtol=1e-5, atol=1e-5)
+    model.zero_grad()
+
+
+@needs_kernels
+def test_best_tokens_takes_the_kernel_only_where_timed_faster(monkeypatch):
+    logits = torch.randn(4, 50)
+    monkeypatch.setattr(native, "_chosen", {f"vocab_topk/{logits.dtype}": (False, "torch")})
+    assert torch.equal(best_tokens(logits.clone(), 3)[0], row_topk(_log_probs(logits.clone()), 3)[0])
+    slow_kernel = native.choose("trial/slow kernel", lambda: (lambda: None,
+                                                              lambda: sum(range(20000))))
+    assert slow_kernel is False and "trial/slow kernel: torch" in native.status()
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, cwd=ROOT, timeout=120)
+
+
+DECODE = """
+import torch
+from seq2seq import native
+from seq2seq.config import AttentionConfig, ModelConfig
+from seq2seq.inference.search import beam_search
+from seq2seq.model import build_model
+torch.manual_seed(0)
+m = build_model(ModelConfig(emb_size=8, hidden_size=8, attention=AttentionConfig(name="bahdanau")), 20, 20)
+out = beam_search(m, torch.randint(3, 20, (2, 5)), torch.tensor([5, 4]), beam=3)
+print(native.available(), len(out), "|", native.status())
+"""
+
+
+def test_a_failed_build_falls_back_to_torch_with_one_line(tmp_path):
+    done = _python(DECODE, {"CC": "/bin/false", "SEQ2SEQ_CACHE": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("False 2 |") and "the C build failed" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("native decoding kernels") == 1
+
+
+def test_switched_off_by_the_environment(tmp_path):
+    done = _python(DECODE, {"SEQ2SEQ_NATIVE": "0", "SEQ2SEQ_CACHE": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("False 2 |") and "SEQ2SEQ_NATIVE=0" in done.stdout
+    assert not list(tmp_path.iterdir()) and not done.stderr
+
+
+@needs_kernels
+def test_the_build_is_cached_per_cpu_and_source(tmp_path):
+    first = _python(DECODE, {"SEQ2SEQ_CACHE": str(tmp_path)})
+    assert first.returncode == 0 and first.stdout.startswith("True 2 |"), first.stderr
+    [lib] = (tmp_path / "native").glob("kernels-*.so")
+    stamp = lib.stat().st_mtime_ns
+    second = _python(DECODE, {"SEQ2SEQ_CACHE": str(tmp_path)})
+    assert second.returncode == 0 and second.stdout.startswith("True 2 |")
+    assert [lib] == list((tmp_path / "native").glob("kernels-*.so"))
+    assert lib.stat().st_mtime_ns == stamp  # loaded, not built again
