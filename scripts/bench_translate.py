@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 import torch
 
+from seq2seq import native
 from seq2seq.constants import DECODE_BATCH_TOKENS
 from seq2seq.evaluation.command import run_split
 from seq2seq.inference.command import choose_speed, run_filter
@@ -89,6 +90,8 @@ def main() -> None:
                         "lines_per_s": round(len(sources) / seconds, 2)}
         print(f"{mode}: {len(sources)} lines in {seconds:.1f} s "
               f"({len(sources) / seconds:.2f} lines/s, {threads[mode]} threads)", flush=True)
+    record["native"] = native.status()  # the kernels' build and each choice made in this run
+    print(f"native kernels: {record['native']}")
     if set(modes) >= {"filter", "file"}:
         same = sum(a == b for a, b in zip(outputs["filter"], outputs["file"], strict=True))
         record["same_output_lines"] = same

@@ -48,6 +48,7 @@ FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
 TRIALS = 5  # timed calls of each path in a choice, alternating, after one untimed call
 
 _lock = threading.Lock()
+_trial_lock = threading.Lock()  # one timing at a time: decoding workers may ask together
 _state: dict[str, object] = {}  # "lib": the CDLL or None, "why": its status line
 _chosen: dict[str, tuple[bool, str]] = {}
 _off = threading.Event()  # set inside disabled()
@@ -165,25 +166,27 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
     """
     if not available():
         return False
-    with _lock:
-        if name in _chosen:
-            return _chosen[name][0]
+    if name in _chosen:
+        return _chosen[name][0]
     import time
 
-    eager, fast = trial()
-    eager(), fast()
-    times: dict[str, list[float]] = {"eager": [], "fast": []}
-    for _ in range(TRIALS):
-        for label, fn in (("eager", eager), ("fast", fast)):
-            start = time.perf_counter()
-            fn()
-            times[label].append(time.perf_counter() - start)
-    e, f = (sorted(times[k])[TRIALS // 2] for k in ("eager", "fast"))
-    use = f < e
-    why = f"{name}: {'kernel' if use else 'torch'} ({f * 1e3:.2f} ms against torch {e * 1e3:.2f})"
-    with _lock:
-        _chosen.setdefault(name, (use, why))
-        return _chosen[name][0]
+    with _trial_lock:
+        if name in _chosen:  # timed by another thread meanwhile
+            return _chosen[name][0]
+        eager, fast = trial()
+        eager(), fast()
+        times: dict[str, list[float]] = {"eager": [], "fast": []}
+        for _ in range(TRIALS):
+            for label, fn in (("eager", eager), ("fast", fast)):
+                start = time.perf_counter()
+                fn()
+                times[label].append(time.perf_counter() - start)
+        e, f = (sorted(times[k])[TRIALS // 2] for k in ("eager", "fast"))
+        use = f < e
+        _chosen[name] = (use, f"{name}: {'kernel' if use else 'torch'} ({f * 1e3:.2f} ms "
+                              f"against torch {e * 1e3:.2f} on {torch.get_num_threads()} "
+                              "thread(s))")
+        return use
 
 
 def _ptr(t: Tensor) -> int:
