@@ -157,13 +157,26 @@ def test_training_keeps_the_torch_path_and_its_gradients(trained):
 
 
 @needs_kernels
-def test_best_tokens_takes_the_kernel_only_where_timed_faster(monkeypatch):
+@pytest.mark.parametrize("faster", [False, True])
+def test_best_tokens_takes_the_kernel_only_where_timed_faster(monkeypatch, faster):
     logits = torch.randn(4, 50)
-    monkeypatch.setattr(native, "_chosen", {f"vocab_topk/{logits.dtype}": (False, "torch")})
-    assert torch.equal(best_tokens(logits.clone(), 3)[0], row_topk(_log_probs(logits.clone()), 3)[0])
+    monkeypatch.setattr(native, "_chosen",
+                        {f"vocab_topk/{logits.dtype} on 1 thread": (faster, "a timing")})
+    calls = []
+    kernel = native.vocab_topk
+    monkeypatch.setattr(native, "vocab_topk", lambda *a: calls.append(a) or kernel(*a))
+    got = best_tokens(logits.clone(), 3)
+    assert len(calls) == int(faster)
+    want = row_topk(_log_probs(logits.clone()), 3)
+    assert torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[0], want[0], rtol=2e-6, atol=2e-6)
+
+
+@needs_kernels
+def test_a_kernel_slower_than_torch_is_not_chosen():
     slow_kernel = native.choose("trial/slow kernel", lambda: (lambda: None,
                                                               lambda: sum(range(20000))))
-    assert slow_kernel is False and "trial/slow kernel: torch" in native.status()
+    assert slow_kernel is False and "trial/slow kernel on 1 thread: torch" in native.status()
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:

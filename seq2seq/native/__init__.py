@@ -162,10 +162,15 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
     """True when kernel ``name`` is available and faster here than its torch path.
 
     ``trial()`` returns (torch path, kernel) as calls on one synthetic problem; they are
-    timed once per process and ``name`` (median of :data:`TRIALS`, alternating).
+    timed once per process, ``name`` and torch thread count (median of :data:`TRIALS`,
+    alternating).
     """
     if not available():
         return False
+    # per thread count: decoding workers run on one thread, a lone batch on all of them,
+    # and only the torch path spreads over threads
+    threads = torch.get_num_threads()
+    name = f"{name} on {threads} thread{'s' if threads > 1 else ''}"
     if name in _chosen:
         return _chosen[name][0]
     import time
@@ -184,8 +189,7 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
         e, f = (sorted(times[k])[TRIALS // 2] for k in ("eager", "fast"))
         use = f < e
         _chosen[name] = (use, f"{name}: {'kernel' if use else 'torch'} ({f * 1e3:.2f} ms "
-                              f"against torch {e * 1e3:.2f} on {torch.get_num_threads()} "
-                              "thread(s))")
+                              f"against torch {e * 1e3:.2f})")
         return use
 
 
