@@ -41,7 +41,8 @@ def best_tokens(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     The fused C kernel (seq2seq/native) where it is built and timed faster, else
     ``_log_probs`` then ``row_topk`` (k = 1: ``max``).
     """
-    if native.choose(f"vocab_topk/{logits.dtype}", _vocab_trial(logits.dtype)):
+    if logits.device.type == "cpu" \
+            and native.choose(f"vocab_topk/{logits.dtype}", _vocab_trial(logits.dtype)):
         fast = native.vocab_topk(logits, k, (PAD_ID, BOS_ID))
         if fast is not None:
             return fast

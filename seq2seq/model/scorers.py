@@ -45,8 +45,8 @@ class AdditiveScorer(nn.Module):
         Without gradients (decoding, validation) the fused C kernel computes them where
         it is built and timed faster (seq2seq/native; float32 scores)."""
         q2 = 2 * self.query_proj(query)
-        if not torch.is_grad_enabled() and native.choose(f"additive_scores/{q2.dtype}",
-                                                         _scores_trial(q2.dtype)):
+        if not torch.is_grad_enabled() and q2.device.type == "cpu" \
+                and native.choose(f"additive_scores/{q2.dtype}", _scores_trial(q2.dtype)):
             scores = native.additive_scores(q2, keys, self.v.weight)
             if scores is not None:
                 return scores
