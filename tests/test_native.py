@@ -142,18 +142,50 @@ def test_search_with_the_kernels_equals_search_without(trained, beam, nbest):
 
 
 @needs_kernels
-def test_training_keeps_the_torch_path_and_its_gradients(trained):
-    """With gradients on, the scorer takes the differentiable torch path."""
-    model = trained[0]
-    scorer = model.decoder.attention.scorer
+@pytest.mark.parametrize("queries", [0, 4])
+def test_score_gradients_through_the_kernels_equal_torchs(queries):
+    """The C backward recomputes the sigmoid; masked positions (zero upstream gradient)
+    are skipped."""
+    from seq2seq.model.scorers import _NativeScores
+
+    gen = torch.Generator().manual_seed(4)
+    b, s, a = 6, 11, 40
+    q2 = (torch.randn((b, a) if queries == 0 else (b, queries, a), generator=gen) * 2)
+    keys, v = torch.randn(b, s, a, generator=gen), torch.randn(1, a, generator=gen)
+    up = torch.randn(q2.shape[:-1] + (s,), generator=gen)
+    up[..., -3:] = 0.0
+    inputs = [t.requires_grad_() for t in (q2, keys, v)]
+    got = torch.autograd.grad(_NativeScores.apply(*inputs), inputs, up)
+    wide = [t.detach().double().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(additive_scores(*wide), wide, up.double())
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == torch.float32
+        torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * float(w.abs().max()))
+
+
+@needs_kernels
+@pytest.mark.parametrize("faster", [False, True])
+def test_training_takes_the_kernels_only_where_timed_faster(trained, monkeypatch, faster):
+    """With gradients on, the scorer runs the kernels (forward and backward) where they
+    were timed faster, else torch's differentiable ops; the gradients agree."""
+    from seq2seq.model import scorers
+
+    scorer = trained[0].decoder.attention.scorer
     query, keys = torch.randn(3, 64), torch.randn(3, 5, scorer.v.in_features)
+    keys.requires_grad_()
+    monkeypatch.setattr(native, "_chosen",
+                        {"additive_scores with gradients on 1 thread": (faster, "a timing")})
+    calls = []
+    kernel = scorers._NativeScores.apply
+    monkeypatch.setattr(scorers._NativeScores, "apply",
+                        staticmethod(lambda *a: calls.append(1) or kernel(*a)))
     scores = scorer(query, keys)
-    assert scores.requires_grad
-    scores.sum().backward()
-    assert scorer.query_proj.weight.grad is not None
-    with torch.no_grad():
-        torch.testing.assert_close(scorer(query, keys), scores.detach(), rtol=1e-5, atol=1e-5)
-    model.zero_grad()
+    assert len(calls) == int(faster) and scores.requires_grad
+    got = torch.autograd.grad(scores.sum(), (keys, scorer.v.weight))
+    with native.disabled():
+        want = torch.autograd.grad(scorer(query, keys).sum(), (keys, scorer.v.weight))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
 @needs_kernels

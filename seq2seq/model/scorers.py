@@ -45,11 +45,16 @@ class AdditiveScorer(nn.Module):
         Without gradients (decoding, validation) the fused C kernel computes them where
         it is built and timed faster (seq2seq/native; float32 scores)."""
         q2 = 2 * self.query_proj(query)
-        if not torch.is_grad_enabled() and q2.device.type == "cpu" \
-                and native.choose(f"additive_scores/{q2.dtype}", _scores_trial(q2.dtype)):
-            scores = native.additive_scores(q2, keys, self.v.weight)
-            if scores is not None:
-                return scores
+        if q2.device.type != "cpu":
+            return additive_scores(q2, keys, self.v.weight)
+        if not torch.is_grad_enabled():
+            if native.choose(f"additive_scores/{q2.dtype}", _scores_trial(q2.dtype)):
+                scores = native.additive_scores(q2, keys, self.v.weight)
+                if scores is not None:
+                    return scores
+        elif q2.dtype == keys.dtype == torch.float32 \
+                and native.choose("additive_scores with gradients", _grad_trial):
+            return _NativeScores.apply(q2, keys, self.v.weight)
         return additive_scores(q2, keys, self.v.weight)
 
 
@@ -74,6 +79,34 @@ def _scores_trial(dtype: torch.dtype) -> Callable[[], tuple[Callable[[], object]
         return (lambda: additive_scores(q2, keys, v),
                 lambda: native.additive_scores(q2, keys, v))
     return trial
+
+
+class _NativeScores(torch.autograd.Function):
+    """additive_scores (fp32) through the C kernels, forward and backward; the backward
+    recomputes the sigmoid instead of keeping a (B, [T,] S, A) block for it."""
+
+    @staticmethod
+    def forward(ctx, q2: Tensor, keys: Tensor, v: Tensor) -> Tensor:
+        ctx.save_for_backward(q2, keys, v)
+        return native.additive_scores(q2, keys, v)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        q2, keys, v = ctx.saved_tensors
+        return native.additive_scores_backward(q2, keys, v, grad)
+
+
+def _grad_trial() -> tuple[Callable[[], object], Callable[[], object]]:
+    """native.choose's problem with gradients: one training step's scores, 96 sentences
+    against 35 source positions, forward and backward."""
+    gen = torch.Generator().manual_seed(0)
+    q2, keys, v = (torch.randn(*shape, generator=gen).requires_grad_()
+                   for shape in ((96, 256), (96, 35, 256), (1, 256)))
+    up = torch.randn(96, 35, generator=gen)
+
+    def run(fn: Callable[..., Tensor]) -> Callable[[], object]:
+        return lambda: torch.autograd.grad(fn(q2, keys, v), (q2, keys, v), up)
+    return run(additive_scores), run(_NativeScores.apply)
 
 
 class _StepScores(torch.autograd.Function):

@@ -1,9 +1,10 @@
-"""Fused C kernels for decoding, compiled on first use for this CPU, chosen by timing.
+"""Fused C kernels, compiled on first use for this CPU, chosen by timing.
 
 Two parts of a batched beam-search step are chains of memory-bound torch ops that no
 library fuses on a CPU (``torch.compile`` was measured slower,
 docs/performance.md#native-decoding-kernels): the additive attention scores and the
-vocabulary side (log-softmax and top-k). ``kernels.c`` does each in one pass.
+vocabulary side (log-softmax and top-k). ``kernels.c`` does each in one pass; the
+scores also with their gradients, for fp32 training.
 
 - **Build.** The C compiler (``$CC``, else Python's, else ``cc``) builds ``kernels.c``
   with ``-march=native`` into ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or
@@ -37,7 +38,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["additive_scores", "available", "choose", "disabled", "status", "vocab_topk"]
+__all__ = ["additive_scores", "additive_scores_backward", "available", "choose", "disabled", "status", "vocab_topk"]
 
 SOURCE = Path(__file__).with_name("kernels.c")
 # no -ffast-math: linked into a shared library it would set flush-to-zero for the whole
@@ -123,6 +124,9 @@ def _load() -> ctypes.CDLL | None:
                 lib.additive_scores.argtypes = [_P, _P, _P, _F, _I64, _I64, _I64, _I64,
                                                 ctypes.c_int, _P]
                 lib.additive_scores.restype = None
+                lib.additive_scores_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64,
+                                                         _I64, _P, _P, _P]
+                lib.additive_scores_backward.restype = None
                 lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P]
                 lib.vocab_topk.restype = None
                 why = f"on ({Path(cc).name}, {path})"
@@ -219,6 +223,24 @@ def additive_scores(q2: Tensor, keys: Tensor, v: Tensor) -> Tensor | None:
     lib.additive_scores(_ptr(q), _ptr(keys), _ptr(w), float(w.sum()), b, g, s, a,
                         int(q.dtype == torch.bfloat16), _ptr(out))
     return out.squeeze(1) if one else out
+
+
+def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor
+                             ) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients of :func:`additive_scores` for fp32 CPU inputs (the caller checks):
+    grad (B, [G,] S) -> grads of q2 (B, [G,] A), keys (B, S, A) and v (shaped as v)."""
+    lib = _load()
+    assert lib is not None, "additive_scores_backward needs the built kernels"
+    one = q2.dim() == 2
+    q = (q2.unsqueeze(1) if one else q2).contiguous()
+    g = (grad.unsqueeze(1) if one else grad).float().contiguous()
+    keys = keys.contiguous()
+    w = v.detach().reshape(-1).float().contiguous()
+    (b, groups, a), s = q.shape, keys.size(1)
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(keys), torch.empty_like(w)
+    lib.additive_scores_backward(_ptr(q), _ptr(keys), _ptr(w), _ptr(g), b, groups, s, a,
+                                 _ptr(grad_q), _ptr(grad_k), _ptr(grad_v))
+    return (grad_q.squeeze(1) if one else grad_q), grad_k, grad_v.view_as(v)
 
 
 def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor, Tensor] | None:

@@ -100,6 +100,44 @@ void additive_scores(const void *q2, const void *keys, const float *v, float vsu
     }
 }
 
+/* The gradients of additive_scores (fp32 only; training): with z = q2 + 2 k and
+ * s = sigmoid(z), d score / d q2 = 2 v s (1 - s), d score / d k = 4 v s (1 - s) and
+ * d score / d v = 2 s - 1. Given grad (B, G, S): grad_q2 (B, G, A), grad_keys (B, S, A)
+ * and grad_v (A,) are written (not added to); sigmoid is recomputed, nothing was saved. */
+void additive_scores_backward(const float *q2, const float *keys, const float *v,
+                              const float *grad, i64 B, i64 G, i64 S, i64 A, float *grad_q2,
+                              float *grad_keys, float *grad_v) {
+    float k2[A];
+    for (i64 a = 0; a < A; a++)
+        grad_v[a] = 0.0f;
+    for (i64 i = 0; i < B * G * A; i++)
+        grad_q2[i] = 0.0f;
+    for (i64 b = 0; b < B; b++) {
+        for (i64 j = 0; j < S; j++) {
+            const float *kr = keys + (b * S + j) * A;
+            float *gk = grad_keys + (b * S + j) * A;
+            for (i64 a = 0; a < A; a++) {
+                k2[a] = 2.0f * kr[a];
+                gk[a] = 0.0f;
+            }
+            for (i64 g = 0; g < G; g++) {
+                float up = grad[(b * G + g) * S + j];
+                if (up == 0.0f) /* a masked position: its weight, and gradient, is zero */
+                    continue;
+                const float *q = q2 + (b * G + g) * A;
+                float *gq = grad_q2 + (b * G + g) * A;
+                for (i64 a = 0; a < A; a++) {
+                    float sg = sigmoid(q[a] + k2[a]);
+                    float t = 2.0f * up * v[a] * sg * (1.0f - sg);
+                    gq[a] += t;
+                    gk[a] += 2.0f * t;
+                    grad_v[a] += up * (2.0f * sg - 1.0f);
+                }
+            }
+        }
+    }
+}
+
 #define BLOCK 64 /* vocabulary entries per block: a block whose maximum cannot enter is skipped */
 
 /* Keep x[i] in the descending top-k list (vals, idx) if it beats the last entry. */
