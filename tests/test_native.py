@@ -114,6 +114,61 @@ def test_vocab_topk_reads_bf16_logits_and_keeps_all_but_the_skipped():
     torch.testing.assert_close(got_v, want_v.gather(1, got_i), rtol=2e-6, atol=2e-6)
 
 
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_loss_rows_equal_the_torch_softmax_part(dtype, smoothing):
+    """The fused loss's softmax part in C: the summed cross-entropy, the gradient of the
+    logits in the products' dtype, and the bias gradient added to what it held."""
+    from seq2seq.model.loss import _torch_softmax_part
+
+    gen = torch.Generator().manual_seed(5)
+    logits = (4 * torch.randn(37, 803, generator=gen)).to(dtype)
+    target = torch.randint(0, 803, (37,), generator=gen)
+    start = torch.randn(803, generator=gen)
+    want_b, got_b = start.clone(), start.clone()
+    want_loss, want_g = _torch_softmax_part(logits, target, smoothing, dtype, want_b)
+    got_loss, got_g = native.cross_entropy_rows(logits, target, smoothing, dtype, got_b)
+    assert got_g.dtype == dtype and got_g.shape == logits.shape
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-6, atol=1e-4)
+    tol = 1e-6 if dtype == torch.float32 else 8e-3  # bf16: one rounding step apart at most
+    torch.testing.assert_close(got_g.float(), want_g.float(), rtol=tol, atol=tol / 100)
+    torch.testing.assert_close(got_b, want_b, rtol=1e-5, atol=1e-5)
+    loss_only, none = native.cross_entropy_rows(logits, target, smoothing, None)
+    assert none is None and float(loss_only) == float(got_loss)
+
+
+def test_the_loss_rows_refuse_targets_outside_the_vocabulary():
+    logits = torch.randn(2, 5)
+    assert native.cross_entropy_rows(logits, torch.tensor([1, 5]), 0.0, torch.float32) is None
+
+
+@needs_kernels
+def test_linear_cross_entropy_through_the_kernel_equals_torchs(monkeypatch):
+    """The whole fused loss with the kernel forced on against the torch path forced on:
+    loss and the gradients of x, W and b."""
+    from seq2seq.model.loss import linear_cross_entropy
+
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(300, 32, generator=gen)  # two chunks, the second partial
+    w, b = torch.randn(700, 32, generator=gen) / 4, torch.randn(700, generator=gen)
+    target = torch.randint(0, 700, (300,), generator=gen)
+    results, calls = [], []
+    kernel = native.cross_entropy_rows
+    monkeypatch.setattr(native, "cross_entropy_rows", lambda *a: calls.append(1) or kernel(*a))
+    for faster in (True, False):
+        monkeypatch.setattr(native, "_chosen",
+                            {"cross_entropy_rows/torch.float32 on 1 thread": (faster, "a timing")})
+        inputs = [t.clone().requires_grad_() for t in (x, w, b)]
+        loss = linear_cross_entropy(*inputs, target, label_smoothing=0.1)
+        results.append((loss.detach(), torch.autograd.grad(loss, inputs)))
+        assert len(calls) == 2  # two chunks through the kernel, then none through it
+    (got, got_grads), (want, want_grads) = results
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-3)
+    for g, w_ in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w_, rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def trained():
     torch.set_num_threads(1)

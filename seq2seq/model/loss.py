@@ -22,12 +22,13 @@ softmax, the loss and the gradients' sums stay fp32, and grad x is returned in f
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seq2seq import native
 from seq2seq.model import gemm
 
 # Rows per chunk: a (CHUNK_ROWS, 8000) fp32 block is 8 MB. The chunk sizes tried ran
@@ -75,6 +76,52 @@ def _chunk_loss(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tenso
     return loss, logp
 
 
+def _softmax_part(logits: Tensor, target: Tensor, smoothing: float,
+                  grad_dtype: torch.dtype | None, grad_b: Tensor | None
+                  ) -> tuple[Tensor, Tensor | None]:
+    """One chunk's logits (n, V) -> its summed loss and, with ``grad_dtype``, the gradient
+    of the logits softmax - (1-ε) onehot - ε/V in that dtype (also added to ``grad_b``).
+
+    The fused C kernel (seq2seq/native) where it is built and timed faster: one read of
+    the logits instead of the fp32 copy, log-softmax, exp and casts below.
+    """
+    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16) \
+            and native.choose(f"cross_entropy_rows/{logits.dtype}", _loss_trial(logits.dtype)):
+        fast = native.cross_entropy_rows(logits, target, smoothing, grad_dtype, grad_b)
+        if fast is not None:
+            return fast
+    return _torch_softmax_part(logits, target, smoothing, grad_dtype, grad_b)
+
+
+def _torch_softmax_part(logits: Tensor, target: Tensor, smoothing: float,
+                        grad_dtype: torch.dtype | None, grad_b: Tensor | None
+                        ) -> tuple[Tensor, Tensor | None]:
+    """_softmax_part in torch ops."""
+    loss, logp = _chunk_loss(_wide(logits), target, smoothing)
+    if grad_dtype is None:
+        return loss, None
+    probs = logp.exp_()  # softmax, in place
+    probs[torch.arange(target.size(0), device=probs.device), target] -= 1.0 - smoothing
+    if smoothing:
+        probs.sub_(smoothing / probs.size(1))
+    if grad_b is not None:
+        grad_b += probs.sum(dim=0)
+    return loss, probs.to(grad_dtype)
+
+
+def _loss_trial(dtype: torch.dtype) -> Callable[[], tuple[Callable[[], object],
+                                                           Callable[[], object]]]:
+    """native.choose's problem: one full chunk of 8,000-word logits, with gradients."""
+    def trial() -> tuple[Callable[[], object], Callable[[], object]]:
+        gen = torch.Generator().manual_seed(0)  # the global RNG stream stays untouched
+        logits = (4 * torch.randn(CHUNK_ROWS, 8000, generator=gen)).to(dtype)
+        target = torch.randint(0, 8000, (CHUNK_ROWS,), generator=gen)
+        bias = torch.zeros(8000)
+        return (lambda: _torch_softmax_part(logits, target, 0.1, dtype, bias),
+                lambda: native.cross_entropy_rows(logits, target, 0.1, dtype, bias))
+    return trial
+
+
 def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
              smoothing: float, with_grads: bool
              ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None] | None]:
@@ -85,33 +132,26 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
     total = _wide(x.new_zeros(()))
+    grad_x = grad_w = grad_b = None
     if with_grads:
         grad_x = torch.empty_like(x)  # x's dtype: fp32 for an fp32 model in bf16_products()
         grad_w = torch.zeros_like(weight)
         grad_b = None if bias is None else torch.zeros_like(bias)
-        rows = torch.arange(min(CHUNK_ROWS, x.size(0)), device=x.device)
     xs = x.to(dtype)  # one cast of all rows, not one per chunk
     for start in range(0, x.size(0), CHUNK_ROWS):
         xc, tc = xs[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
-            logits = _wide(F.linear(xc, w, b))  # (n, V)
-            loss, logp = _chunk_loss(logits, tc, smoothing)
+            loss, g = _softmax_part(F.linear(xc, w, b), tc, smoothing,
+                                    dtype if with_grads else None, grad_b)
             total += loss
-            if not with_grads:
+            if g is None:
                 continue
-            probs = logp.exp_()  # softmax, in place
-            probs[rows[:tc.size(0)], tc] -= 1.0 - smoothing
-            if smoothing:
-                probs.sub_(smoothing / probs.size(1))
-            g = probs.to(dtype)
             grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)  # (not out=: FlopCounterMode skips it)
             if dtype == grad_w.dtype:
                 grad_w.addmm_(g.t(), xc)
             else:  # addmm_ wants one dtype; sum the bf16 product in fp32
                 grad_w += torch.mm(g.t(), xc).to(grad_w.dtype)
-            if grad_b is not None:
-                grad_b += probs.sum(dim=0)
     return total, ((grad_x, grad_w, grad_b) if with_grads else None)
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["additive_scores", "additive_scores_backward", "available", "choose", "disabled", "status", "vocab_topk"]
+__all__ = ["additive_scores", "additive_scores_backward", "available", "cross_entropy_rows", "choose", "disabled", "status", "vocab_topk"]
 
 SOURCE = Path(__file__).with_name("kernels.c")
 # no -ffast-math: linked into a shared library it would set flush-to-zero for the whole
@@ -127,6 +127,9 @@ def _load() -> ctypes.CDLL | None:
                 lib.additive_scores_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64,
                                                          _I64, _P, _P, _P]
                 lib.additive_scores_backward.restype = None
+                lib.cross_entropy_rows.argtypes = [_P, ctypes.c_int, _I64, _I64, _P, _F, _P, _P,
+                                                   ctypes.c_int, _P, _P]
+                lib.cross_entropy_rows.restype = None
                 lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P]
                 lib.vocab_topk.restype = None
                 why = f"on ({Path(cc).name}, {path})"
@@ -241,6 +244,36 @@ def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor
     lib.additive_scores_backward(_ptr(q), _ptr(keys), _ptr(w), _ptr(g), b, groups, s, a,
                                  _ptr(grad_q), _ptr(grad_k), _ptr(grad_v))
     return (grad_q.squeeze(1) if one else grad_q), grad_k, grad_v.view_as(v)
+
+
+def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
+                       grad_dtype: torch.dtype | None, grad_bias: Tensor | None = None
+                       ) -> tuple[Tensor, Tensor | None] | None:
+    """The fused loss's softmax part (seq2seq/model/loss.py) for logits (n, V), fp32 or
+    bf16, and targets (n,): the summed cross-entropy (0-dim fp32, torch's label
+    smoothing) and, with ``grad_dtype``, its gradient softmax - (1-ε) onehot - ε/V as
+    (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias`` (V,) fp32 when given.
+    None where the kernel does not apply."""
+    lib = _load()
+    ok_dtypes = (torch.float32, torch.bfloat16)
+    if lib is None or _off.is_set() or logits.device.type != "cpu" or logits.dim() != 2 \
+            or logits.dtype not in ok_dtypes or grad_dtype not in (*ok_dtypes, None) \
+            or (grad_bias is not None and (grad_bias.dtype != torch.float32
+                                           or not grad_bias.is_contiguous())):
+        return None
+    n, width = logits.shape
+    x = logits.contiguous()
+    y = target.to(torch.int64).contiguous()
+    if n and not 0 <= int(y.min()) <= int(y.max()) < width:  # torch's path names the error
+        return None
+    rows = torch.empty(n, dtype=torch.float32)
+    grad = None if grad_dtype is None else torch.empty(n, width, dtype=grad_dtype)
+    work = torch.empty(width, dtype=torch.float32)
+    lib.cross_entropy_rows(_ptr(x), int(x.dtype == torch.bfloat16), n, width, _ptr(y),
+                           float(smoothing), _ptr(rows), 0 if grad is None else _ptr(grad),
+                           int(grad_dtype == torch.bfloat16),
+                           0 if grad is None or grad_bias is None else _ptr(grad_bias), _ptr(work))
+    return rows.sum(), grad
 
 
 def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor, Tensor] | None:

@@ -33,7 +33,7 @@ static inline float bf16_to_f32(u16 h) {
  * to libm's expf would keep them scalar. */
 static inline float fast_exp(float x) {
     x = x < -87.0f ? -87.0f : x;
-    float n = __builtin_roundf(x * 1.44269504088896341f);
+    float n = __builtin_rintf(x * 1.44269504088896341f);
     float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
     float p = 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -228,5 +228,78 @@ void vocab_topk(const void *logits, i64 N, i64 V, i64 k, const i64 *skip, i64 n_
             x = row;
         }
         topk_row(x, V, k, skip, n_skip, vals + r * k, idx + r * k, block_max, seen);
+    }
+}
+
+/* max of x (V,), 16 lanes at a time so that the compiler vectorizes it */
+static float row_max(const float *x, i64 V) {
+    float m16[16];
+    for (int l = 0; l < 16; l++)
+        m16[l] = -__builtin_inff();
+    i64 full = V / 16 * 16;
+    for (i64 i = 0; i < full; i += 16)
+        for (int l = 0; l < 16; l++)
+            m16[l] = x[i + l] > m16[l] ? x[i + l] : m16[l];
+    float m = -__builtin_inff();
+    for (int l = 0; l < 16; l++)
+        m = m16[l] > m ? m16[l] : m;
+    for (i64 i = full; i < V; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static inline u16 f32_to_bf16(float f) { /* round to nearest even, as torch's .to(bfloat16) */
+    u32 u;
+    __builtin_memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+/* The fused loss's softmax part for rows of logits (N, V), fp32 or bf16 (in_bf16): per row
+ * with lse = log sum exp z and label smoothing eps, loss_rows[r] = (1-eps)(lse - z_y) +
+ * eps (lse - mean z) (torch's cross_entropy), and, unless grad is NULL, the gradient
+ * softmax(z) - (1-eps) onehot(y) - eps/V written to grad (N, V) in fp32 or bf16
+ * (grad_bf16) and added to grad_b (V,) unless that is NULL. One read of the logits,
+ * one write of the gradient; work is a caller-provided (V,) fp32 buffer. */
+void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64 *target,
+                        float eps, float *loss_rows, void *grad, int grad_bf16, float *grad_b,
+                        float *work) {
+    for (i64 r = 0; r < N; r++) {
+        const float *x = (const float *)logits + r * V;
+        if (in_bf16) {
+            const u16 *h = (const u16 *)logits + r * V;
+            for (i64 i = 0; i < V; i++)
+                work[i] = bf16_to_f32(h[i]);
+            x = work;
+        }
+        float mx = row_max(x, V), total = 0.0f;
+        for (i64 i = 0; i < V; i++)
+            total += x[i];
+        i64 y = target[r];
+        float z_y = x[y];
+        float sum = 0.0f; /* work[i] = exp(x[i] - max), kept for the gradient */
+        for (i64 i = 0; i < V; i++) {
+            float e = fast_exp(x[i] - mx);
+            work[i] = e;
+            sum += e;
+        }
+        float lse = mx + logf(sum);
+        loss_rows[r] = (1.0f - eps) * (lse - z_y) + eps * (lse - total / (float)V);
+        if (!grad)
+            continue;
+        float inv = 1.0f / sum, floor_ = eps / (float)V;
+        work[y] -= (1.0f - eps) * sum; /* the one-hot term, scaled back by inv below */
+        if (grad_bf16) {
+            u16 *gh = (u16 *)grad + r * V;
+            for (i64 i = 0; i < V; i++)
+                gh[i] = f32_to_bf16(work[i] * inv - floor_);
+        } else {
+            float *gf = (float *)grad + r * V;
+            for (i64 i = 0; i < V; i++)
+                gf[i] = work[i] * inv - floor_;
+        }
+        if (grad_b)
+            for (i64 i = 0; i < V; i++)
+                grad_b[i] += work[i] * inv - floor_;
     }
 }
