@@ -309,3 +309,18 @@ def test_the_build_is_cached_per_cpu_and_source(tmp_path):
     assert second.returncode == 0 and second.stdout.startswith("True 2 |")
     assert [lib] == list((tmp_path / "native").glob("kernels-*.so"))
     assert lib.stat().st_mtime_ns == stamp  # loaded, not built again
+
+
+@needs_kernels
+def test_a_training_run_logs_the_kernels_choices_once(tiny_train_overrides, tmp_path):
+    """Which path ran is a timing's choice, so train.log records it (after the first
+    validation, when training, the dev loss and dev decoding have all chosen)."""
+    from test_train import train
+
+    run_dir = train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=10",
+                    "model/attention=bahdanau", "train.precision=fp32")
+    lines = [ln for ln in (run_dir / "train.log").read_text().splitlines()
+             if "native kernels: " in ln]
+    assert len(lines) == 1, lines
+    assert "on (" in lines[0] and "additive_scores with gradients on 1 thread" in lines[0]
+    assert "vocab_topk/torch.float32 on 1 thread" in lines[0]

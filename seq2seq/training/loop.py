@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import precision
+from seq2seq import native, precision
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import gemm
@@ -164,6 +164,9 @@ def validate(run: Run) -> dict[str, float]:
         run.log.dev_buckets(p.step, p.epoch, p.elapsed_s, buckets)
         run.log.info("  dev BLEU by source words: %s", ", ".join(
             f"{r['bucket']} {r['bleu']:.1f}" for r in buckets if r["bucket"] != "all"))
+    if not run.native_logged:  # by now training, the dev loss and dev decoding have chosen
+        run.native_logged = True
+        run.log.info("native kernels: %s", native.status())
     return {"dev_loss": loss, "dev_ppl": ppl, "dev_bleu": bleu}
 
 

@@ -83,6 +83,7 @@ class Run:
     rank_rng_restored: bool = False  # a resume gave this rank its own saved RNG state
     bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
     loss_bf16: bool = False  # train.precision=bf16_loss: only the fused loss's products in bf16
+    native_logged: bool = False  # the C kernels' choices went to the log (after a validation)
 
 
 def check_train_config(t: DictConfig) -> None:
