@@ -324,3 +324,17 @@ def test_a_training_run_logs_the_kernels_choices_once(tiny_train_overrides, tmp_
     assert len(lines) == 1, lines
     assert "on (" in lines[0] and "additive_scores with gradients on 1 thread" in lines[0]
     assert "vocab_topk/torch.float32 on 1 thread" in lines[0]
+
+
+@needs_kernels
+def test_an_unwritable_cache_builds_for_the_process_only(tmp_path):
+    """A cache path that cannot be a folder (here a file; a read-only home alike): the
+    kernels are built in a temporary folder instead, which goes once they are loaded."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    done = _python(DECODE, {"SEQ2SEQ_CACHE": str(blocker)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("True 2 |") and "seq2seq-native-" in done.stdout
+    assert not done.stderr
+    folder = Path(done.stdout.split("on (", 1)[1].split(", ", 1)[1].split(")")[0]).parent
+    assert folder.name.startswith("seq2seq-native-") and not folder.exists()

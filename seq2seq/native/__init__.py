@@ -81,20 +81,21 @@ def _cpu_key() -> str:
         return platform.machine() + platform.processor()
 
 
-def _build(cc: str) -> Path:
-    """The compiled library for this source, flags, compiler and CPU (built if missing)."""
+def _build(cc: str) -> tuple[Path, bool]:
+    """The compiled library for this source, flags, compiler and CPU (built if missing),
+    and whether it lies in a temporary folder (the cache could not be written)."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              timeout=30).stdout.split("\n")[0]
     key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), cc, version,
                                     _cpu_key()]).encode()).hexdigest()[:16]
-    folder = _cache_dir()
+    folder, temporary = _cache_dir(), False
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:  # a read-only home: build for this process only
-        folder = Path(tempfile.mkdtemp(prefix="seq2seq-native-"))
+        folder, temporary = Path(tempfile.mkdtemp(prefix="seq2seq-native-")), True
     target = folder / f"kernels-{key}.so"
     if target.exists():
-        return target
+        return target, temporary
     tmp = folder / f".kernels-{key}-{os.getpid()}-{threading.get_ident()}.so"
     done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True,
                           text=True, timeout=120)
@@ -102,7 +103,7 @@ def _build(cc: str) -> Path:
         tmp.unlink(missing_ok=True)
         raise RuntimeError((done.stderr.strip().splitlines() or ["no message"])[-1])
     os.replace(tmp, target)  # atomic: a concurrent build of the same key wins or loses whole
-    return target
+    return target, temporary
 
 
 def _load() -> ctypes.CDLL | None:
@@ -119,8 +120,10 @@ def _load() -> ctypes.CDLL | None:
             why = "off (no C compiler: install gcc, or set CC, for faster decoding)"
         else:
             try:
-                path = _build(cc)
+                path, temporary = _build(cc)
                 lib = ctypes.CDLL(str(path))
+                if temporary:  # loaded (mapped) now: the file is no longer needed
+                    shutil.rmtree(path.parent, ignore_errors=True)
                 lib.additive_scores.argtypes = [_P, _P, _P, _F, _I64, _I64, _I64, _I64,
                                                 ctypes.c_int, _P]
                 lib.additive_scores.restype = None
