@@ -8,7 +8,7 @@ SWORD_PKGS := sword-text-sparv sword-text-kjv sword-text-web
 APERTIUM_PKGS := apertium apertium-eng-spa
 # headless Chromium and its WebDriver for the browser test of seq2seq-serve's page
 BROWSER_PKGS := chromium chromium-driver
-# a C compiler: decoding builds its fused kernels with it on first use (seq2seq/native)
+# a C compiler: decoding and training build their fused kernels with it on first use (seq2seq/native)
 NATIVE_PKGS := gcc
 ARGS ?=
 

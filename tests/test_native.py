@@ -1,4 +1,4 @@
-"""The native decoding kernels (seq2seq/native) against the torch ops they replace: the
+"""The native kernels (seq2seq/native) against the torch ops they replace: the
 same numbers within fp32 rounding, PAD and BOS never chosen, the same beam-search
 output, the choice by timing, and a clean fallback when no C compiler builds them."""
 
@@ -260,6 +260,14 @@ def test_best_tokens_takes_the_kernel_only_where_timed_faster(monkeypatch, faste
 
 
 @needs_kernels
+def test_a_kernel_that_does_not_apply_is_not_timed_or_chosen():
+    calls = []
+    chosen = native.choose("trial/float64", lambda: (lambda: calls.append(1), lambda: None))
+    assert chosen is False and not calls
+    assert "trial/float64 on 1 thread: torch (the kernel does not apply)" in native.status()
+
+
+@needs_kernels
 def test_a_kernel_slower_than_torch_is_not_chosen():
     slow_kernel = native.choose("trial/slow kernel", lambda: (lambda: None,
                                                               lambda: sum(range(20000))))
@@ -289,7 +297,7 @@ def test_a_failed_build_falls_back_to_torch_with_one_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("False 2 |") and "the C build failed" in done.stdout
     assert "Traceback" not in done.stderr
-    assert done.stderr.count("native decoding kernels") == 1
+    assert done.stderr.count("seq2seq's native kernels") == 1
 
 
 def test_switched_off_by_the_environment(tmp_path):

@@ -90,7 +90,7 @@ def greedy(model: nn.Module, src: Tensor, src_lens: Tensor, max_len_ratio: float
         tokens, totals, weights = [], [], []
         for t in range(max(max_len)):
             logits, state, w = model.step(y, state, memory)
-            best, y = (t.squeeze(1) for t in best_tokens(logits, 1))
+            best, y = (x.squeeze(1) for x in best_tokens(logits, 1))
             total = total + best  # the running sum, added in the same order as beam search
             tokens.append(y)
             totals.append(total)

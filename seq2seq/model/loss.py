@@ -85,7 +85,7 @@ def _softmax_part(logits: Tensor, target: Tensor, smoothing: float,
     The fused C kernel (seq2seq/native) where it is built and timed faster: one read of
     the logits instead of the fp32 copy, log-softmax, exp and casts below.
     """
-    if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16) \
+    if logits.device.type == "cpu" \
             and native.choose(f"cross_entropy_rows/{logits.dtype}", _loss_trial(logits.dtype)):
         fast = native.cross_entropy_rows(logits, target, smoothing, grad_dtype, grad_b)
         if fast is not None:

@@ -107,6 +107,8 @@ def _build(cc: str) -> tuple[Path, bool]:
 
 
 def _load() -> ctypes.CDLL | None:
+    if "lib" in _state:  # every kernel call asks: no lock once loaded
+        return _state["lib"]  # type: ignore[return-value]
     with _lock:
         if "lib" in _state:
             return _state["lib"]  # type: ignore[return-value]
@@ -138,16 +140,21 @@ def _load() -> ctypes.CDLL | None:
                 why = f"on ({Path(cc).name}, {path})"
             except (OSError, RuntimeError, subprocess.SubprocessError) as err:
                 lib = None
-                why = f"off (the C build failed: {err}); decoding uses torch ops"
-                print(f"note: seq2seq's native decoding kernels: {why}", file=sys.stderr,
+                why = f"off (the C build failed: {err}); torch ops instead"
+                print(f"note: seq2seq's native kernels: {why}", file=sys.stderr,
                       flush=True)
         _state.update(lib=lib, why=why)
         return lib
 
 
+def _lib() -> ctypes.CDLL | None:
+    """The loaded kernels, or None when they are missing or switched off."""
+    return None if _off.is_set() else _load()
+
+
 def available() -> bool:
     """True when the kernels are built and loaded (and not switched off)."""
-    return not _off.is_set() and _load() is not None
+    return _lib() is not None
 
 
 def status() -> str:
@@ -173,7 +180,8 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
 
     ``trial()`` returns (torch path, kernel) as calls on one synthetic problem; they are
     timed once per process, ``name`` and torch thread count (median of :data:`TRIALS`,
-    alternating).
+    alternating). A kernel that does not apply to the problem (it returns None, e.g. for
+    float64) is not timed: torch.
     """
     if not available():
         return False
@@ -189,7 +197,10 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
         if name in _chosen:  # timed by another thread meanwhile
             return _chosen[name][0]
         eager, fast = trial()
-        eager(), fast()
+        if fast() is None:
+            _chosen[name] = (False, f"{name}: torch (the kernel does not apply)")
+            return False
+        eager()
         times: dict[str, list[float]] = {"eager": [], "fast": []}
         for _ in range(TRIALS):
             for label, fn in (("eager", eager), ("fast", fast)):
@@ -214,8 +225,8 @@ def additive_scores(q2: Tensor, keys: Tensor, v: Tensor) -> Tensor | None:
     q2: (B, A) or (B, G, A) = 2 W q (G queries per memory row); keys: (B, S, A), the same
     dtype (fp32 or bf16); v: (A,) or (1, A). Returns float32 (B, S) or (B, G, S).
     """
-    lib = _load()
-    if lib is None or _off.is_set() or q2.device.type != "cpu" or keys.device.type != "cpu" \
+    lib = _lib()
+    if lib is None or q2.device.type != "cpu" or keys.device.type != "cpu" \
             or q2.dtype != keys.dtype or q2.dtype not in (torch.float32, torch.bfloat16):
         return None
     one = q2.dim() == 2
@@ -257,9 +268,9 @@ def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
     smoothing) and, with ``grad_dtype``, its gradient softmax - (1-ε) onehot - ε/V as
     (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias`` (V,) fp32 when given.
     None where the kernel does not apply."""
-    lib = _load()
+    lib = _lib()
     ok_dtypes = (torch.float32, torch.bfloat16)
-    if lib is None or _off.is_set() or logits.device.type != "cpu" or logits.dim() != 2 \
+    if lib is None or logits.device.type != "cpu" or logits.dim() != 2 \
             or logits.dtype not in ok_dtypes or grad_dtype not in (*ok_dtypes, None) \
             or (grad_bias is not None and (grad_bias.dtype != torch.float32
                                            or not grad_bias.is_contiguous())):
@@ -283,8 +294,8 @@ def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor
     """Per row of logits (N, V) its ``k`` largest log-probabilities, best first, (N, k)
     float32, and their token ids (N, k) long, in one pass; None where the kernel does
     not apply. Ids in ``skip`` count in the softmax but are never chosen."""
-    lib = _load()
-    if lib is None or _off.is_set() or logits.device.type != "cpu" or logits.dim() != 2 \
+    lib = _lib()
+    if lib is None or logits.device.type != "cpu" or logits.dim() != 2 \
             or logits.dtype not in (torch.float32, torch.bfloat16):
         return None
     n, width = logits.shape

@@ -1,12 +1,14 @@
-/* Fused decoding kernels for seq2seq, compiled on first use for the CPU they run on
+/* Fused kernels for seq2seq, compiled on first use for the CPU they run on
  * (seq2seq/native/__init__.py; docs/performance.md#native-decoding-kernels).
  *
- * Why hand-written: in batched beam search two parts of a step are chains of
- * memory-bound torch ops over large blocks, which no library fuses on a CPU
- * (torch.compile was measured slower, docs/performance.md):
- *   - additive attention scores, (B, G, S, A) add + sigmoid + v-product, one pass here;
- *   - the vocabulary side: bf16 logits -> fp32 copy -> log-softmax -> top-k, three to
- *     five passes over (rows, V) in torch, one read of the logits here.
+ * Why hand-written: some parts of a step are chains of memory-bound torch ops over large
+ * blocks, which no library fuses on a CPU (torch.compile was measured slower,
+ * docs/performance.md):
+ *   - additive attention scores, (B, G, S, A) add + sigmoid + v-product, one pass here
+ *     (and their gradients, for fp32 training);
+ *   - decoding's vocabulary side: bf16 logits -> fp32 copy -> log-softmax -> top-k, three
+ *     to five passes over (rows, V) in torch, one read of the logits here;
+ *   - the fused loss's softmax part: loss and gradient of a chunk of logits, likewise.
  *
  * No headers and no libc at link time (built with -nostdlib): the few symbols used
  * (logf, memcpy/memset the compiler may emit) resolve against the Python process, so a
@@ -25,6 +27,34 @@ static inline float bf16_to_f32(u16 h) {
     float f;
     __builtin_memcpy(&f, &u, 4);
     return f;
+}
+
+/* max of x (V,), 16 lanes at a time so that the compiler vectorizes it */
+static float row_max(const float *x, i64 V) {
+    float m16[16];
+    for (int l = 0; l < 16; l++)
+        m16[l] = -__builtin_inff();
+    i64 full = V / 16 * 16;
+    for (i64 i = 0; i < full; i += 16)
+        for (int l = 0; l < 16; l++)
+            m16[l] = x[i + l] > m16[l] ? x[i + l] : m16[l];
+    float m = -__builtin_inff();
+    for (int l = 0; l < 16; l++)
+        m = m16[l] > m ? m16[l] : m;
+    for (i64 i = full; i < V; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* Row r of a matrix with V columns as fp32: the row itself, or for bf16 (is_bf16) the
+ * row widened into buf (V,). */
+static const float *widen_row(const void *m, i64 r, i64 V, int is_bf16, float *buf) {
+    if (!is_bf16)
+        return (const float *)m + r * V;
+    const u16 *h = (const u16 *)m + r * V;
+    for (i64 i = 0; i < V; i++)
+        buf[i] = bf16_to_f32(h[i]);
+    return buf;
 }
 
 /* exp(x) for x <= 0 (the callers' range) down to ~-87: 2^n * p(r) with
@@ -168,17 +198,7 @@ static void topk_row(const float *x, i64 V, i64 k, const i64 *skip, i64 n_skip, 
                      i64 *idx, float *block_max, char *seen) {
     i64 blocks = V / BLOCK;
     for (i64 bl = 0; bl < blocks; bl++) {
-        const float *xb = x + bl * BLOCK;
-        float m16[16];
-        for (int l = 0; l < 16; l++)
-            m16[l] = xb[l];
-        for (int j = 16; j < BLOCK; j += 16)
-            for (int l = 0; l < 16; l++)
-                m16[l] = xb[j + l] > m16[l] ? xb[j + l] : m16[l];
-        float m = m16[0];
-        for (int l = 1; l < 16; l++)
-            m = m16[l] > m ? m16[l] : m;
-        block_max[bl] = m;
+        block_max[bl] = row_max(x + bl * BLOCK, BLOCK);
         seen[bl] = 0;
     }
     float mx = -__builtin_inff();
@@ -220,32 +240,9 @@ void vocab_topk(const void *logits, i64 N, i64 V, i64 k, const i64 *skip, i64 n_
     float block_max[V / BLOCK + 1];
     char seen[V / BLOCK + 1];
     for (i64 r = 0; r < N; r++) {
-        const float *x = (const float *)logits + r * V;
-        if (is_bf16) {
-            const u16 *h = (const u16 *)logits + r * V;
-            for (i64 i = 0; i < V; i++)
-                row[i] = bf16_to_f32(h[i]);
-            x = row;
-        }
+        const float *x = widen_row(logits, r, V, is_bf16, row);
         topk_row(x, V, k, skip, n_skip, vals + r * k, idx + r * k, block_max, seen);
     }
-}
-
-/* max of x (V,), 16 lanes at a time so that the compiler vectorizes it */
-static float row_max(const float *x, i64 V) {
-    float m16[16];
-    for (int l = 0; l < 16; l++)
-        m16[l] = -__builtin_inff();
-    i64 full = V / 16 * 16;
-    for (i64 i = 0; i < full; i += 16)
-        for (int l = 0; l < 16; l++)
-            m16[l] = x[i + l] > m16[l] ? x[i + l] : m16[l];
-    float m = -__builtin_inff();
-    for (int l = 0; l < 16; l++)
-        m = m16[l] > m ? m16[l] : m;
-    for (i64 i = full; i < V; i++)
-        m = x[i] > m ? x[i] : m;
-    return m;
 }
 
 static inline u16 f32_to_bf16(float f) { /* round to nearest even, as torch's .to(bfloat16) */
@@ -265,13 +262,7 @@ void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64
                         float eps, float *loss_rows, void *grad, int grad_bf16, float *grad_b,
                         float *work) {
     for (i64 r = 0; r < N; r++) {
-        const float *x = (const float *)logits + r * V;
-        if (in_bf16) {
-            const u16 *h = (const u16 *)logits + r * V;
-            for (i64 i = 0; i < V; i++)
-                work[i] = bf16_to_f32(h[i]);
-            x = work;
-        }
+        const float *x = widen_row(logits, r, V, in_bf16, work);
         float mx = row_max(x, V), total = 0.0f;
         for (i64 i = 0; i < V; i++)
             total += x[i];
