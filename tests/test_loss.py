@@ -116,3 +116,41 @@ def test_bf16_products_leave_fp64_alone():
     ref = fused.linear_cross_entropy(x, w, b, y)
     with fused.bf16_products():
         assert torch.equal(fused.linear_cross_entropy(x, w, b, y), ref)
+
+
+class _ProductShapes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the (M, N) of every matrix product run inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+                    torch.ops.aten.addmm_.default):
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_a_partial_last_chunk_runs_at_the_full_chunk_shape_in_bf16(monkeypatch, bf16):
+    """bf16 products go to oneDNN, which builds a kernel per new shape: the last, partial
+    chunk is padded with zero rows to the chunk's shape, and the loss and gradients are
+    those of the unpadded rows. fp32 products (no per-shape kernels) are not padded."""
+    monkeypatch.setattr(fused, "CHUNK_ROWS", 4)
+    x, w, b, y = _fp32_inputs(10)  # chunks of 4, 4 and 2 rows
+    ref = fused.linear_cross_entropy(x, w, b, y, 0.1)
+    ref_grads = torch.autograd.grad(ref, (x, w, b))
+    shapes = _ProductShapes()
+    with fused.bf16_products(bf16), shapes:
+        out = fused.linear_cross_entropy(x, w, b, y, 0.1)
+    grads = torch.autograd.grad(out, (x, w, b))
+    rows = {m for m, n in shapes.shapes if n == w.size(0)}  # logits (rows, V)
+    assert rows == ({4} if bf16 else {4, 2})
+    assert len(shapes.shapes) == 9  # three products per chunk
+    assert grads[0].shape == x.shape
+    tol = {"rtol": 2e-2, "atol": 2e-2} if bf16 else {"rtol": 1e-6, "atol": 1e-6}
+    torch.testing.assert_close(out, ref, **tol)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, **tol)

@@ -36,8 +36,8 @@ from torch import Tensor, nn
 
 from seq2seq.constants import PAD_ID
 from seq2seq.model.attention import Attention, AttentionMemory
-from seq2seq.model.dropout import Dropout, dropout
-from seq2seq.model.encoder import rnn_class
+from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN
+from seq2seq.model.dropout import Dropout
 from seq2seq.model.loss import linear_cross_entropy
 
 ROW_GRID_BF16_CPU = 16  # step rows are rounded up to a multiple of this under CPU bf16
@@ -86,56 +86,6 @@ class DecoderState:
     def head(self, rows: int) -> DecoderState:
         """The first ``rows`` rows of every tensor (views)."""
         return self._map(lambda t: t[:rows])
-
-
-class StackedRNN(nn.Module):
-    """A unidirectional multi-layer GRU/LSTM usable one step at a time or fused.
-
-    The parameters belong to one nn.GRU/nn.LSTM; ``step`` applies the same weights
-    with torch's cell kernels (what nn.GRUCell/nn.LSTMCell call), so the fused and
-    per-step paths compute the same function.
-    """
-
-    def __init__(self, rnn_type: str, input_size: int, hidden_size: int, layers: int,
-                 dropout: float) -> None:
-        super().__init__()
-        self.rnn = rnn_class(rnn_type)(input_size, hidden_size, num_layers=layers,
-                                       batch_first=True, dropout=dropout if layers > 1 else 0.0)
-        self.is_lstm = rnn_type == "lstm"
-        self.layers = layers
-        self.dropout = dropout if layers > 1 else 0.0
-        self._cell = torch.lstm_cell if self.is_lstm else torch.gru_cell
-
-    def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        r = self.rnn
-        return (getattr(r, f"weight_ih_l{layer}"), getattr(r, f"weight_hh_l{layer}"),
-                getattr(r, f"bias_ih_l{layer}"), getattr(r, f"bias_hh_l{layer}"))
-
-    def step(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
-             ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...] | None]:
-        """x (B, input_size), per-layer (B, H) states -> the next per-layer states."""
-        new_h, new_c = [], []
-        for layer in range(self.layers):
-            if layer > 0 and self.dropout:
-                x = dropout(x, self.dropout, self.training)
-            if self.is_lstm:
-                h, c = self._cell(x, (hidden[layer], cell[layer]), *self._weights(layer))
-                new_c.append(c)
-            else:
-                h = self._cell(x, hidden[layer], *self._weights(layer))
-            new_h.append(h)
-            x = h
-        return tuple(new_h), (tuple(new_c) if self.is_lstm else None)
-
-    def fused(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
-              ) -> Tensor:
-        """x (B, T, input_size) -> top-layer outputs (B, T, H) in one RNN call."""
-        h0 = torch.stack(hidden)  # (layers, B, H)
-        if self.is_lstm:
-            out, _ = self.rnn(x, (h0, torch.stack(cell)))
-        else:
-            out, _ = self.rnn(x, h0)
-        return out
 
 
 class Readout(nn.Module):
@@ -237,18 +187,23 @@ class Decoder(nn.Module):
             t = self.tie_proj(t)
         return t, self.embedding.weight, self.out_bias
 
-    def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory
-                 ) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
+    def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory,
+                 loop: LoopRNN | None = None) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
         """One step without the output layer: emb (B, E) -> s_t (B, H), c_t (B, C),
-        weights (B, S) and the new state (whose feed is t_t when input feeding)."""
+        weights (B, S) and the new state (whose feed is t_t when input feeding).
+        ``loop``: the RNN of a teacher-forced loop, which has emb's product already."""
         att = self.attention
-        parts = [emb]
+        rest = []
         if att.query_before_rnn:
             context, weights = att(state.hidden[-1], memory)
-            parts.append(context)
+            rest.append(context)
         if att.feeds_input:
-            parts.append(state.feed)
-        hidden, cell = self.rnn.step(torch.cat(parts, dim=-1), state.hidden, state.cell)
+            rest.append(state.feed)
+        if loop is None:
+            hidden, cell = self.rnn.step(torch.cat([emb, *rest], dim=-1), state.hidden,
+                                         state.cell)
+        else:
+            hidden, cell = loop.step(rest, state.hidden, state.cell)
         s = hidden[-1]
         if not att.query_before_rnn:
             context, weights = att(s, memory)
@@ -347,13 +302,14 @@ class Decoder(nn.Module):
         states, contexts, weights, embs = [], [], [], []
         memory = self.attention.loop_memory(memory, emb.size(1))
         rows, step_memory = emb.size(0), memory
+        loop = LoopRNN(self.rnn, emb, active if active is not None else [rows] * emb.size(1))
         # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
         for i, emb_i in enumerate(emb.unbind(1)):
             if active is not None and active[i] < rows:
                 rows = active[i]
                 state, step_memory = state.head(rows), memory.head(rows)
             emb_i = emb_i[:rows]
-            s, context, w, state = self._advance(emb_i, state, step_memory)
+            s, context, w, state = self._advance(emb_i, state, step_memory, loop)
             n = rows if keep is None else keep[i]
             states.append((state.feed if state.feed is not None else s)[:n])
             contexts.append(context[:n])

@@ -86,3 +86,80 @@ class DeferredGrad:
 def deferring(tensor: Tensor | None) -> bool:
     """Whether a loop should defer ``tensor``'s gradient (it needs one, and grad mode is on)."""
     return tensor is not None and tensor.requires_grad and torch.is_grad_enabled()
+
+
+
+
+class _WeightAnchor(torch.autograd.Function):
+    """``base`` (N, out) unchanged; its backward also forms the gradients of the weight
+    that every step multiplied into its rows of ``base``, and of the bias (when given,
+    ``base`` is that bias broadcast).
+
+    ctx keeps only the list of inputs, never the LoopLinear (see _Deferred)."""
+
+    @staticmethod
+    def forward(ctx, base: Tensor, weight: Tensor, bias: Tensor | None,
+                inputs: list[Tensor]) -> Tensor:
+        ctx.inputs, ctx.has_bias, ctx.dtype = inputs, bias is not None, weight.dtype
+        return base.view_as(base)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        grad_base = grad if ctx.needs_input_grad[0] else None
+        if not ctx.inputs:  # the loop never ran a step
+            return grad_base, None, None, None
+        x = torch.cat(ctx.inputs)  # (rows of all steps, in), packed as grad's rows are
+        g = grad[: x.size(0)]
+        grad_w = torch.mm(g.t(), x.to(g.dtype)).to(ctx.dtype)
+        grad_b = None
+        if ctx.has_bias:  # a bf16 sum over thousands of rows would lose digits
+            grad_b = g.sum(0, dtype=torch.promote_types(g.dtype, torch.float32)).to(ctx.dtype)
+        return grad_base, grad_w, grad_b, None
+
+
+class LoopLinear:
+    """y_t = base_t + x_t Wᵀ for the steps t of a loop, W's gradient formed once after it.
+
+    The loop's steps run ``rows`` (T,) rows each; ``base`` (Σ rows, N) holds each step's
+    rows after the previous step's (time-major, as the packed loop emits them). It is what
+    each step's product is added to: a product formed for all steps before the loop (its
+    gradient passes through), or else the ``bias`` broadcast (which then gets its gradient
+    here). Left to autograd, each step would form a thin (N, rows) x (rows, K) product and
+    add it into W's gradient: T products and T passes over W per batch. Here the gradient
+    that reaches ``base`` and the recorded inputs give Σ_t g_tᵀ x_t as one product. W is
+    cast to the products' dtype once per loop (autocast would cast a detached weight at
+    every step).
+    """
+
+    def __init__(self, weight: Tensor, rows: list[int], base: Tensor | None = None,
+                 bias: Tensor | None = None) -> None:
+        dtype = base.dtype if base is not None else _compute_dtype(weight)
+        if base is None:
+            row = (bias.detach().to(dtype) if bias is not None
+                   else weight.new_zeros(weight.size(0), dtype=dtype))
+            base = row.expand(sum(rows), -1)
+        self.weight_t = weight.detach().to(dtype).t()
+        self.inputs: list[Tensor] = []
+        self._record = torch.is_grad_enabled() and (
+            weight.requires_grad or (bias is not None and bias.requires_grad))
+        if self._record:
+            base = _WeightAnchor.apply(base, weight, bias, self.inputs)
+        self._bases = base.split(rows)
+        self._step = 0
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x (rows, K) of the next step -> (rows, N)."""
+        x = x.to(self.weight_t.dtype)
+        if self._record:
+            self.inputs.append(x.detach())
+        base = self._bases[self._step]
+        self._step += 1
+        return torch.addmm(base, x, self.weight_t)
+
+
+def _compute_dtype(weight: Tensor) -> torch.dtype:
+    """The dtype a product with ``weight`` runs in: autocast's where it is on."""
+    device = weight.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return weight.dtype

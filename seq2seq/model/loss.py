@@ -140,14 +140,23 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
     xs = x.to(dtype)  # one cast of all rows, not one per chunk
     for start in range(0, x.size(0), CHUNK_ROWS):
         xc, tc = xs[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
+        rows = xc.size(0)
+        if rows < CHUNK_ROWS and dtype in (torch.bfloat16, torch.float16):
+            # low-precision products go to oneDNN, which builds a kernel for every new
+            # shape (~25 ms on machine E): the last chunk runs at the full chunk's shape,
+            # its extra rows zero (they add nothing to grad W)
+            xc = torch.cat([xc, xc.new_zeros(CHUNK_ROWS - rows, xc.size(1))])
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
-            loss, g = _softmax_part(F.linear(xc, w, b), tc, smoothing,
+            loss, g = _softmax_part(F.linear(xc, w, b)[:rows], tc, smoothing,
                                     dtype if with_grads else None, grad_b)
             total += loss
             if g is None:
                 continue
-            grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)  # (not out=: FlopCounterMode skips it)
+            if g.size(0) < xc.size(0):
+                g = torch.cat([g, g.new_zeros(xc.size(0) - rows, g.size(1))])
+            # (not out=: FlopCounterMode skips it)
+            grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)[:rows]
             if dtype == grad_w.dtype:
                 grad_w.addmm_(g.t(), xc)
             else:  # addmm_ wants one dtype; sum the bf16 product in fp32

@@ -38,7 +38,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-__all__ = ["additive_scores", "additive_scores_backward", "available", "cross_entropy_rows", "choose", "disabled", "status", "vocab_topk"]
+__all__ = ["additive_scores", "additive_scores_backward", "available", "choose",
+           "cross_entropy_rows", "disabled", "gru_gates", "gru_gates_backward", "status",
+           "vocab_topk"]
 
 SOURCE = Path(__file__).with_name("kernels.c")
 # no -ffast-math: linked into a shared library it would set flush-to-zero for the whole
@@ -137,6 +139,10 @@ def _load() -> ctypes.CDLL | None:
                 lib.cross_entropy_rows.restype = None
                 lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P]
                 lib.vocab_topk.restype = None
+                lib.gru_gates.argtypes = [_P, _P, _P, _I64, _I64, _P, _P]
+                lib.gru_gates.restype = None
+                lib.gru_gates_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _P, _P, _P]
+                lib.gru_gates_backward.restype = None
                 why = f"on ({Path(cc).name}, {path})"
             except (OSError, RuntimeError, subprocess.SubprocessError) as err:
                 lib = None
@@ -308,3 +314,34 @@ def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor
     lib.vocab_topk(_ptr(x), n, width, k, _ptr(skip_ids), len(skip),
                    int(x.dtype == torch.bfloat16), _ptr(vals), _ptr(idx))
     return vals, idx
+
+
+def gru_gates(gi: Tensor, gh: Tensor, h: Tensor) -> tuple[Tensor, Tensor] | None:
+    """A GRU's gates from its products gi, gh (rows, 3H) and state h (rows, H), all fp32
+    on the CPU: the new state (rows, H) and what the backward needs (rows, 3H: r, z, n),
+    or None where the kernel does not apply."""
+    lib = _lib()
+    if lib is None or any(t.device.type != "cpu" or t.dtype != torch.float32
+                          for t in (gi, gh, h)):
+        return None
+    rows, width = h.shape
+    if gi.shape != (rows, 3 * width) or gh.shape != gi.shape:
+        return None
+    gi, gh, h = gi.contiguous(), gh.contiguous(), h.contiguous()
+    out, keep = torch.empty_like(h), torch.empty_like(gi)
+    lib.gru_gates(_ptr(gi), _ptr(gh), _ptr(h), rows, width, _ptr(out), _ptr(keep))
+    return out, keep
+
+
+def gru_gates_backward(grad: Tensor, keep: Tensor, gh: Tensor, h: Tensor
+                       ) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients of :func:`gru_gates` (which the caller ran): grad (rows, H) ->
+    grads of gi, gh (rows, 3H) and h (rows, H)."""
+    lib = _load()
+    assert lib is not None, "gru_gates_backward needs the built kernels"
+    grad, gh, h = grad.float().contiguous(), gh.contiguous(), h.contiguous()
+    rows, width = h.shape
+    grad_gi, grad_gh, grad_h = torch.empty_like(keep), torch.empty_like(keep), torch.empty_like(h)
+    lib.gru_gates_backward(_ptr(grad), _ptr(keep), _ptr(gh), _ptr(h), rows, width,
+                           _ptr(grad_gi), _ptr(grad_gh), _ptr(grad_h))
+    return grad_gi, grad_gh, grad_h

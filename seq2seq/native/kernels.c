@@ -294,3 +294,62 @@ void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64
                 grad_b[i] += work[i] * inv - floor_;
     }
 }
+
+/* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2|x|), in fast_exp's range */
+static inline float tanh_f(float x) {
+    float a = x < 0.0f ? -x : x;
+    float e = fast_exp(-2.0f * a);
+    float t = (1.0f - e) / (1.0f + e);
+    return x < 0.0f ? -t : t;
+}
+
+/* A GRU's gates, as torch's GRU (seq2seq/model/loop_rnn.py, _GRUGates): from the
+ * products gi = W_i x + b_i and gh = W_h h + b_h (rows, 3H), gate order r, z, n, and the
+ * state h (rows, H): r = s(i_r + h_r), z = s(i_z + h_z), n = tanh(i_n + r h_n),
+ * out = n + z (h - n) (rows, H). keep (rows, 3H) receives r, z, n for the backward. */
+void gru_gates(const float *restrict gi, const float *restrict gh, const float *restrict h,
+               i64 rows, i64 H, float *restrict out, float *restrict keep) {
+    for (i64 b = 0; b < rows; b++) {
+        const float *restrict x = gi + b * 3 * H, *restrict y = gh + b * 3 * H;
+        const float *restrict hb = h + b * H;
+        float *restrict o = out + b * H, *restrict k = keep + b * 3 * H;
+#pragma GCC ivdep
+        for (i64 j = 0; j < H; j++) {
+            float r = sigmoid(x[j] + y[j]);
+            float z = sigmoid(x[H + j] + y[H + j]);
+            float n = tanh_f(x[2 * H + j] + r * y[2 * H + j]);
+            o[j] = n + z * (hb[j] - n);
+            k[j] = r;
+            k[H + j] = z;
+            k[2 * H + j] = n;
+        }
+    }
+}
+
+/* The gradients of gru_gates from grad (rows, H) of out: grad_gi, grad_gh (rows, 3H) and
+ * grad_h (rows, H); keep is gru_gates' (r, z, n), gh and h its inputs. */
+void gru_gates_backward(const float *restrict grad, const float *restrict keep,
+                        const float *restrict gh, const float *restrict h, i64 rows, i64 H,
+                        float *restrict grad_gi, float *restrict grad_gh,
+                        float *restrict grad_h) {
+    for (i64 b = 0; b < rows; b++) {
+        const float *restrict g = grad + b * H, *restrict k = keep + b * 3 * H;
+        const float *restrict y = gh + b * 3 * H, *restrict hb = h + b * H;
+        float *restrict di = grad_gi + b * 3 * H, *restrict dh = grad_gh + b * 3 * H;
+        float *restrict dx = grad_h + b * H;
+#pragma GCC ivdep
+        for (i64 j = 0; j < H; j++) {
+            float r = k[j], z = k[H + j], n = k[2 * H + j];
+            float d_n = g[j] * (1.0f - z) * (1.0f - n * n);
+            float d_z = g[j] * (hb[j] - n) * z * (1.0f - z);
+            float d_r = d_n * y[2 * H + j] * r * (1.0f - r);
+            di[j] = d_r;
+            di[H + j] = d_z;
+            di[2 * H + j] = d_n;
+            dh[j] = d_r;
+            dh[H + j] = d_z;
+            dh[2 * H + j] = d_n * r;
+            dx[j] = g[j] * z;
+        }
+    }
+}

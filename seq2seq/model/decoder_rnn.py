@@ -1,0 +1,207 @@
+"""The decoder's RNN: one step at a time, fused over a sequence, or in a teacher-forced loop.
+
+``StackedRNN`` holds the parameters (one nn.GRU/nn.LSTM) and runs them one step at a time
+(decoding) or over a whole sequence in one call (when the inputs are known in advance).
+
+In a teacher-forced step loop, ``StackedRNN.step`` would call torch's cell kernels
+(``torch.gru_cell``/``lstm_cell``), which are chains of small ops: two products and about
+a dozen pointwise ops per layer and step, each with its own autograd node, and, in the
+backward, one thin product per weight and step added into that weight's gradient. In training the loop runs tens of steps per
+batch, so these per-step costs add up (docs/performance.md#the-decoder-rnn-in-the-step-loop).
+:class:`LoopRNN` computes the same function with the same parameters, and:
+
+- the embeddings' share of layer 0's input product, W_e emb_t + b, for all steps in one
+  product before the loop (the embeddings are known in advance; only the context and
+  the fed-back vector are not);
+- every weight's gradient formed once after the loop (``LoopLinear``,
+  seq2seq/model/deferred.py);
+- a GRU's gates as one autograd node with a written-out backward (:class:`_GRUGates`).
+
+Tested equal to the plain step loop, values and gradients (tests/test_model.py,
+tests/test_decoder_rnn.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq import native
+from seq2seq.model.deferred import LoopLinear
+from seq2seq.model.dropout import dropout
+from seq2seq.model.encoder import rnn_class
+
+
+class StackedRNN(nn.Module):
+    """A unidirectional multi-layer GRU/LSTM usable one step at a time or fused.
+
+    The parameters belong to one nn.GRU/nn.LSTM; ``step`` applies the same weights
+    with torch's cell kernels (what nn.GRUCell/nn.LSTMCell call), so the fused and
+    per-step paths compute the same function.
+    """
+
+    def __init__(self, rnn_type: str, input_size: int, hidden_size: int, layers: int,
+                 dropout: float) -> None:
+        super().__init__()
+        self.rnn = rnn_class(rnn_type)(input_size, hidden_size, num_layers=layers,
+                                       batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.is_lstm = rnn_type == "lstm"
+        self.layers = layers
+        self.dropout = dropout if layers > 1 else 0.0
+        self._cell = torch.lstm_cell if self.is_lstm else torch.gru_cell
+
+    def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        r = self.rnn
+        return (getattr(r, f"weight_ih_l{layer}"), getattr(r, f"weight_hh_l{layer}"),
+                getattr(r, f"bias_ih_l{layer}"), getattr(r, f"bias_hh_l{layer}"))
+
+    def step(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
+             ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...] | None]:
+        """x (B, input_size), per-layer (B, H) states -> the next per-layer states."""
+        new_h, new_c = [], []
+        for layer in range(self.layers):
+            if layer > 0 and self.dropout:
+                x = dropout(x, self.dropout, self.training)
+            if self.is_lstm:
+                h, c = self._cell(x, (hidden[layer], cell[layer]), *self._weights(layer))
+                new_c.append(c)
+            else:
+                h = self._cell(x, hidden[layer], *self._weights(layer))
+            new_h.append(h)
+            x = h
+        return tuple(new_h), (tuple(new_c) if self.is_lstm else None)
+
+    def fused(self, x: Tensor, hidden: tuple[Tensor, ...], cell: tuple[Tensor, ...] | None
+              ) -> Tensor:
+        """x (B, T, input_size) -> top-layer outputs (B, T, H) in one RNN call."""
+        h0 = torch.stack(hidden)  # (layers, B, H)
+        if self.is_lstm:
+            out, _ = self.rnn(x, (h0, torch.stack(cell)))
+        else:
+            out, _ = self.rnn(x, h0)
+        return out
+
+
+class _GRUGates(torch.autograd.Function):
+    """h' = (1 - z) n + z h with r = σ(i_r + h_r), z = σ(i_z + h_z), n = tanh(i_n + r h_n)
+    (torch's GRU), from the products gi = W_i x + b_i and gh = W_h h + b_h (B, 3H).
+
+    One node instead of a dozen, with a written-out backward; ``fast``: both directions
+    in one pass each through the C kernels (fp32 CPU tensors, seq2seq/native)."""
+
+    @staticmethod
+    def forward(ctx, gi: Tensor, gh: Tensor, h: Tensor, fast: bool) -> Tensor:
+        ctx.fast = fast
+        if fast:
+            out, keep = native.gru_gates(gi, gh, h)  # type: ignore[misc]
+            ctx.save_for_backward(keep, gh, h)
+            return out
+        dtype = torch.promote_types(gi.dtype, h.dtype)
+        i_r, i_z, i_n = gi.to(dtype).chunk(3, 1)
+        h_r, h_z, h_n = gh.to(dtype).chunk(3, 1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        n = torch.tanh(torch.addcmul(i_n, r, h_n))
+        h = h.to(dtype)
+        ctx.save_for_backward(r, z, n, h_n, h)
+        return torch.lerp(n, h, z)  # n + z (h - n)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
+        if ctx.fast:
+            return (*native.gru_gates_backward(grad, *ctx.saved_tensors), None)
+        r, z, n, h_n, h = ctx.saved_tensors
+        grad = grad.to(r.dtype)
+        d_n = grad * (1 - z) * (1 - n * n)  # through tanh
+        d_z = grad * (h - n) * z * (1 - z)  # through σ
+        d_r = d_n * h_n * r * (1 - r)
+        grad_gi = torch.cat([d_r, d_z, d_n], 1)
+        grad_gh = torch.cat([d_r, d_z, d_n * r], 1)
+        return grad_gi, grad_gh, grad * z, None
+
+
+def gru_gates(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
+    """:class:`_GRUGates`: gi, gh (B, 3H), h (B, H) -> h' (B, H); the C kernels where they
+    apply (fp32 CPU tensors) and are timed faster."""
+    fast = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in (gi, gh, h)) \
+        and native.choose("gru_gates with gradients", _gates_trial) and native.available()
+    return _GRUGates.apply(gi, gh, h, fast)
+
+
+def _gates_trial() -> tuple[Callable[[], object], Callable[[], object]]:
+    """native.choose's problem: one step of 96 sentences, GRU 256, forward and backward."""
+    gen = torch.Generator().manual_seed(0)
+    gi, gh, h = (torch.randn(96, size, generator=gen).requires_grad_() for size in (768, 768, 256))
+    up = torch.randn(96, 256, generator=gen)
+
+    def run(fast: bool) -> Callable[[], object]:
+        return lambda: torch.autograd.grad(_GRUGates.apply(gi, gh, h, fast), (gi, gh, h), up)
+    return run(False), run(True)
+
+
+def _lstm_gates(gi: Tensor, gh: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """torch's LSTM cell from its products gi, gh (B, 4H) and the cell c (B, H) -> h', c'."""
+    i, f, g, o = (gi + gh).chunk(4, 1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class LoopRNN:
+    """A StackedRNN's steps for one loop over ``emb`` (B, T, E).
+
+    The embeddings are layer 0's first E input features (the decoder puts them first);
+    each ``step`` is given the step's other input parts (context, fed-back vector). The
+    loop may run fewer rows step by step (the packed loop), never more.
+    """
+
+    def __init__(self, rnn: StackedRNN, emb: Tensor, rows: list[int]) -> None:
+        """emb (B, T, E); rows (T,): how many rows step t runs (non-increasing)."""
+        self.rnn = rnn
+        width = emb.size(2)
+        w_ih, _, b_ih, _ = rnn._weights(0)
+        if w_ih.size(1) <= width:
+            raise ValueError("LoopRNN: layer 0 reads only the embeddings; such a decoder "
+                             "runs the RNN fused, not in a step loop")
+        # every step's embedding rows, packed time-major, through W_e in one product
+        emb_part = F.linear(_packed(emb, rows), w_ih[:, :width], b_ih)
+        self._inputs = [LoopLinear(w_ih[:, width:], rows, base=emb_part)]
+        self._recurrent = []
+        for layer in range(rnn.layers):
+            w_ih, w_hh, b_ih, b_hh = rnn._weights(layer)
+            if layer > 0:
+                self._inputs.append(LoopLinear(w_ih, rows, bias=b_ih))
+            self._recurrent.append(LoopLinear(w_hh, rows, bias=b_hh))
+
+    def step(self, rest: list[Tensor], hidden: tuple[Tensor, ...],
+             cell: tuple[Tensor, ...] | None
+             ) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...] | None]:
+        """rest: layer 0's input parts after the embedding, each (rows, d) -> the next
+        per-layer states (rows, H), as ``StackedRNN.step`` on [emb; rest]."""
+        x = torch.cat(rest, dim=-1) if len(rest) > 1 else rest[0]
+        new_h, new_c = [], []
+        for layer in range(self.rnn.layers):
+            if layer > 0:
+                x = new_h[-1]
+                if self.rnn.dropout:
+                    x = dropout(x, self.rnn.dropout, self.rnn.training)
+            gi = self._inputs[layer](x)
+            gh = self._recurrent[layer](hidden[layer])
+            if self.rnn.is_lstm:
+                h, c = _lstm_gates(gi, gh, cell[layer])  # type: ignore[index]
+                new_c.append(c)
+            else:
+                h = gru_gates(gi, gh, hidden[layer])
+            new_h.append(h)
+        return tuple(new_h), (tuple(new_c) if self.rnn.is_lstm else None)
+
+
+def _packed(x: Tensor, rows: list[int]) -> Tensor:
+    """x (B, T, E) -> the first rows[t] rows of each step t, time-major (Σ rows, E), in one
+    gather (its backward is one scatter, not T zero-filled (B, T, E) blocks)."""
+    lengths = torch.tensor(rows, device=x.device).unsqueeze(1)  # (T, 1)
+    live = torch.arange(x.size(0), device=x.device).unsqueeze(0) < lengths  # (T, B)
+    t, b = live.nonzero(as_tuple=True)  # time-major: step 0's rows, then step 1's, ...
+    return x.reshape(-1, x.size(2)).index_select(0, b * x.size(1) + t)
