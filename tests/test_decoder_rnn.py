@@ -175,3 +175,14 @@ def test_a_loop_leaves_nothing_alive(monkeypatch):
     gc.collect()
     assert len(made) == 4  # layer 0 input, layer 1 input, two recurrent
     assert all(ref() is None for ref in made)
+
+
+@needs_kernels
+def test_the_gates_choice_can_be_made_without_grad_mode(monkeypatch):
+    """A run's first loop may be a validation under no_grad: the timing still works."""
+    monkeypatch.setattr(native, "_chosen", {})
+    gi, gh, h = (torch.randn(3, n) for n in (12, 12, 4))
+    with torch.no_grad():
+        out = gru_gates(gi, gh, h)
+    assert "gru_gates with gradients on 1 thread" in native._chosen
+    torch.testing.assert_close(out, _GRUGates.apply(gi, gh, h, False), rtol=1e-5, atol=1e-6)
