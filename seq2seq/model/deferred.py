@@ -88,8 +88,6 @@ def deferring(tensor: Tensor | None) -> bool:
     return tensor is not None and tensor.requires_grad and torch.is_grad_enabled()
 
 
-
-
 class _WeightAnchor(torch.autograd.Function):
     """``base`` (N, out) unchanged; its backward also forms the gradients of the weight
     that every step multiplied into its rows of ``base``, and of the bias (when given,
