@@ -14,7 +14,8 @@ from model_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 from seq2seq import native
 from seq2seq.model import decoder_rnn
-from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN, _GRUGates, gru_gates
+from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN
+from seq2seq.model.gru_gates import _GRUGates, gru_gates
 
 needs_kernels = pytest.mark.skipif(not native.available(),
                                    reason=f"native kernels not built here: {native.status()}")

@@ -15,7 +15,8 @@ batch, so these per-step costs add up (docs/performance.md#the-decoder-rnn-in-th
   the fed-back vector are not);
 - every weight's gradient formed once after the loop (``LoopLinear``,
   seq2seq/model/deferred.py);
-- a GRU's gates as one autograd node with a written-out backward (:class:`_GRUGates`).
+- a GRU's gates as one autograd node with a written-out backward
+  (seq2seq/model/gru_gates.py).
 
 Tested equal to the plain step loop, values and gradients (tests/test_model.py,
 tests/test_decoder_rnn.py).
@@ -23,16 +24,14 @@ tests/test_decoder_rnn.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq import native
 from seq2seq.model.deferred import LoopLinear
 from seq2seq.model.dropout import dropout
 from seq2seq.model.encoder import rnn_class
+from seq2seq.model.gru_gates import gru_gates
 
 
 class StackedRNN(nn.Module):
@@ -83,66 +82,6 @@ class StackedRNN(nn.Module):
         else:
             out, _ = self.rnn(x, h0)
         return out
-
-
-class _GRUGates(torch.autograd.Function):
-    """h' = (1 - z) n + z h with r = σ(i_r + h_r), z = σ(i_z + h_z), n = tanh(i_n + r h_n)
-    (torch's GRU), from the products gi = W_i x + b_i and gh = W_h h + b_h (B, 3H).
-
-    One node instead of a dozen, with a written-out backward; ``fast``: both directions
-    in one pass each through the C kernels (fp32 CPU tensors, seq2seq/native)."""
-
-    @staticmethod
-    def forward(ctx, gi: Tensor, gh: Tensor, h: Tensor, fast: bool) -> Tensor:
-        ctx.fast = fast
-        if fast:
-            out, keep = native.gru_gates(gi, gh, h)  # type: ignore[misc]
-            ctx.save_for_backward(keep, gh, h)
-            return out
-        dtype = torch.promote_types(gi.dtype, h.dtype)
-        i_r, i_z, i_n = gi.to(dtype).chunk(3, 1)
-        h_r, h_z, h_n = gh.to(dtype).chunk(3, 1)
-        r = torch.sigmoid(i_r + h_r)
-        z = torch.sigmoid(i_z + h_z)
-        n = torch.tanh(torch.addcmul(i_n, r, h_n))
-        h = h.to(dtype)
-        ctx.save_for_backward(r, z, n, h_n, h)
-        return torch.lerp(n, h, z)  # n + z (h - n)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor, None]:
-        if ctx.fast:
-            return (*native.gru_gates_backward(grad, *ctx.saved_tensors), None)
-        r, z, n, h_n, h = ctx.saved_tensors
-        grad = grad.to(r.dtype)
-        d_n = grad * (1 - z) * (1 - n * n)  # through tanh
-        d_z = grad * (h - n) * z * (1 - z)  # through σ
-        d_r = d_n * h_n * r * (1 - r)
-        grad_gi = torch.cat([d_r, d_z, d_n], 1)
-        grad_gh = torch.cat([d_r, d_z, d_n * r], 1)
-        return grad_gi, grad_gh, grad * z, None
-
-
-def gru_gates(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
-    """:class:`_GRUGates`: gi, gh (B, 3H), h (B, H) -> h' (B, H); the C kernels where they
-    apply (fp32 CPU tensors) and are timed faster."""
-    fast = all(t.device.type == "cpu" and t.dtype == torch.float32 for t in (gi, gh, h)) \
-        and native.choose("gru_gates with gradients", _gates_trial)
-    return _GRUGates.apply(gi, gh, h, fast)
-
-
-def _gates_trial() -> tuple[Callable[[], object], Callable[[], object]]:
-    """native.choose's problem: one step of 96 sentences, GRU 256, forward and backward."""
-    gen = torch.Generator().manual_seed(0)
-    gi, gh, h = (torch.randn(96, size, generator=gen).requires_grad_() for size in (768, 768, 256))
-    up = torch.randn(96, 256, generator=gen)
-
-    def run(fast: bool) -> Callable[[], object]:
-        def both_directions() -> object:
-            with torch.enable_grad():  # the first call may come from a no-grad validation
-                return torch.autograd.grad(_GRUGates.apply(gi, gh, h, fast), (gi, gh, h), up)
-        return both_directions
-    return run(False), run(True)
 
 
 def _lstm_gates(gi: Tensor, gh: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:

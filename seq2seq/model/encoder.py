@@ -8,6 +8,10 @@ token never reaches a forward state at a real token, so the forward direction ru
 the padded batch as is; the backward direction runs on each sentence reversed within its
 own length (padding still last) and is reversed back. Every state at a real token is
 therefore the same as in a packed run, independent of padding and of batch companions.
+
+A GRU layer on the CPU runs as one loop over both directions
+(seq2seq/model/encoder_rnn.py) where a timing at first use finds it faster than the two
+``nn.GRU`` calls; both read the same ``nn.GRU`` parameters, so checkpoints do not care.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from torch import Tensor, nn
 
 from seq2seq.constants import PAD_ID
 from seq2seq.errors import ConfigError
+from seq2seq.model import encoder_rnn
+from seq2seq.model import gru_gates as gates
 from seq2seq.model.dropout import Dropout
+from seq2seq.model.encoder_rnn import reverse_index
 
 RNN_TYPES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -27,17 +34,6 @@ def rnn_class(rnn_type: str) -> type[nn.RNNBase]:
     if rnn_type not in RNN_TYPES:
         raise ConfigError(f"model.rnn_type={rnn_type!r}: use one of {', '.join(RNN_TYPES)}")
     return RNN_TYPES[rnn_type]
-
-
-def reverse_index(lengths: Tensor, width: int) -> Tensor:
-    """(B,) lengths -> (B, width) positions that reverse each row within its length.
-
-    rev[b, i] = len_b - 1 - i for i < len_b, else i (padding stays in place); the
-    map is its own inverse.
-    """
-    pos = torch.arange(width, device=lengths.device).unsqueeze(0)  # (1, W)
-    flipped = lengths.unsqueeze(1) - 1 - pos
-    return torch.where(flipped >= 0, flipped, pos)
 
 
 class Encoder(nn.Module):
@@ -65,18 +61,36 @@ class Encoder(nn.Module):
         [fwd h_S ; bwd h_1] of the top layer (for an LSTM, its hidden states).
         """
         x = self.dropout(self.embedding(src))  # (B, S, E)
-        last = (src_lens - 1).view(-1, 1, 1)  # each sentence's last real position
-        rev = reverse_index(src_lens, src.size(1)).unsqueeze(-1)  # (B, S, 1)
+        rev = reverse_index(src_lens, src.size(1)) if self.bwd is not None else None
+        loop = encoder_rnn.applies(x, self._layer(0))
+        where = encoder_rnn.Positions(src_lens, src.size(1), self.directions, rev) if loop \
+            else None
         for layer in range(len(self.fwd)):
             if layer > 0:
                 x = self.dropout(x)
-            out, _ = self.fwd[layer](x)  # (B, S, H)
-            parts = [out]
-            finals = [out.gather(1, last.expand(-1, 1, out.size(-1)))]
-            if self.bwd is not None:
-                back, _ = self.bwd[layer](x.gather(1, rev.expand_as(x)))
-                finals.append(back.gather(1, last.expand(-1, 1, back.size(-1))))
-                parts.append(back.gather(1, rev.expand_as(back)))
+            if where is not None:
+                states, final = encoder_rnn.gru_layer(x, where, self._layer(layer),
+                                                      gates.use_kernels(x))
+            else:
+                states, final = self._torch_layer(x, layer, src_lens, rev)
             # zero the padding so no later layer or reader sees states computed on it
-            x = torch.cat(parts, dim=-1) * mask.unsqueeze(-1)
-        return x, torch.cat(finals, dim=-1).squeeze(1)
+            x = states * mask.unsqueeze(-1)
+        return x, final
+
+    def _layer(self, layer: int) -> list[nn.RNNBase]:
+        return [self.fwd[layer]] + ([self.bwd[layer]] if self.bwd is not None else [])
+
+    def _torch_layer(self, x: Tensor, layer: int, src_lens: Tensor, rev: Tensor | None
+                     ) -> tuple[Tensor, Tensor]:
+        """One layer through nn.GRU/nn.LSTM, a call per direction: x (B, S, E) ->
+        states (B, S, dirs*H), finals (B, dirs*H), as encoder_rnn.gru_layer."""
+        last = (src_lens - 1).view(-1, 1, 1)  # each sentence's last real position
+        out, _ = self.fwd[layer](x)  # (B, S, H)
+        parts = [out]
+        finals = [out.gather(1, last.expand(-1, 1, out.size(-1)))]
+        if self.bwd is not None:
+            rev = rev.unsqueeze(-1)  # type: ignore[union-attr]
+            back, _ = self.bwd[layer](x.gather(1, rev.expand_as(x)))
+            finals.append(back.gather(1, last.expand(-1, 1, back.size(-1))))
+            parts.append(back.gather(1, rev.expand_as(back)))
+        return torch.cat(parts, dim=-1), torch.cat(finals, dim=-1).squeeze(1)

@@ -51,7 +51,7 @@ FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
 TRIALS = 5  # timed calls of each path in a choice, alternating, after one untimed call
 
 _lock = threading.Lock()
-_trial_lock = threading.Lock()  # one timing at a time: decoding workers may ask together
+_trial_lock = threading.RLock()  # one timing at a time: decoding workers may ask together
 _state: dict[str, object] = {}  # "lib": the CDLL or None, "why": its status line
 _chosen: dict[str, tuple[bool, str]] = {}
 _off = threading.Event()  # set inside disabled()
@@ -199,7 +199,8 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
         return _chosen[name][0]
     import time
 
-    with _trial_lock:
+    # a trial with gradients may be asked for from inside inference mode (decoding)
+    with _trial_lock, torch.inference_mode(False):
         if name in _chosen:  # timed by another thread meanwhile
             return _chosen[name][0]
         eager, fast = trial()
@@ -316,10 +317,12 @@ def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor
     return vals, idx
 
 
-def gru_gates(gi: Tensor, gh: Tensor, h: Tensor) -> tuple[Tensor, Tensor] | None:
+def gru_gates(gi: Tensor, gh: Tensor, h: Tensor, out: Tensor | None = None,
+              keep: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
     """A GRU's gates from its products gi, gh (rows, 3H) and state h (rows, H), all fp32
     on the CPU: the new state (rows, H) and what the backward needs (rows, 3H: r, z, n),
-    or None where the kernel does not apply."""
+    or None where the kernel does not apply. ``out``, ``keep``: contiguous fp32 tensors
+    of those shapes to write into (e.g. a step's slot in a sequence's buffer)."""
     lib = _lib()
     if lib is None or any(t.device.type != "cpu" or t.dtype != torch.float32
                           for t in (gi, gh, h)):
@@ -328,20 +331,34 @@ def gru_gates(gi: Tensor, gh: Tensor, h: Tensor) -> tuple[Tensor, Tensor] | None
     if gi.shape != (rows, 3 * width) or gh.shape != gi.shape:
         return None
     gi, gh, h = gi.contiguous(), gh.contiguous(), h.contiguous()
-    out, keep = torch.empty_like(h), torch.empty_like(gi)
+    out = _into(out, h)
+    keep = _into(keep, gi)
     lib.gru_gates(_ptr(gi), _ptr(gh), _ptr(h), rows, width, _ptr(out), _ptr(keep))
     return out, keep
 
 
-def gru_gates_backward(grad: Tensor, keep: Tensor, gh: Tensor, h: Tensor
+def gru_gates_backward(grad: Tensor, keep: Tensor, gh: Tensor, h: Tensor,
+                       grad_gi: Tensor | None = None, grad_gh: Tensor | None = None
                        ) -> tuple[Tensor, Tensor, Tensor]:
     """The gradients of :func:`gru_gates` (which the caller ran): grad (rows, H) ->
-    grads of gi, gh (rows, 3H) and h (rows, H)."""
+    grads of gi, gh (rows, 3H) and h (rows, H); ``grad_gi``, ``grad_gh``: contiguous
+    fp32 tensors to write those two into."""
     lib = _load()
     assert lib is not None, "gru_gates_backward needs the built kernels"
     grad, gh, h = grad.float().contiguous(), gh.contiguous(), h.contiguous()
     rows, width = h.shape
-    grad_gi, grad_gh, grad_h = torch.empty_like(keep), torch.empty_like(keep), torch.empty_like(h)
+    grad_gi, grad_gh = _into(grad_gi, keep), _into(grad_gh, keep)
+    grad_h = torch.empty_like(h)
     lib.gru_gates_backward(_ptr(grad), _ptr(keep), _ptr(gh), _ptr(h), rows, width,
                            _ptr(grad_gi), _ptr(grad_gh), _ptr(grad_h))
     return grad_gi, grad_gh, grad_h
+
+
+def _into(out: Tensor | None, like: Tensor) -> Tensor:
+    """``out`` checked to take a kernel's result shaped and typed as ``like``, or a new one."""
+    if out is None:
+        return torch.empty_like(like, memory_format=torch.contiguous_format)
+    if out.shape != like.shape or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError(f"a kernel's output buffer must be contiguous fp32 {tuple(like.shape)},"
+                         f" got {out.dtype} {tuple(out.shape)}")
+    return out
