@@ -134,9 +134,11 @@ def test_the_choice_is_timed_once_and_works_in_inference_mode(monkeypatch):
     enc = _encoder().float()
     src = torch.randint(4, 20, (B, S))
     mask = torch.arange(S).unsqueeze(0) < LENGTHS.unsqueeze(1)
+    rng = torch.random.get_rng_state()
     with torch.inference_mode():
         states, _ = enc(src.masked_fill(~mask, 0), LENGTHS, mask)
     assert "encoder GRU loop on 1 thread" in native._chosen
+    assert torch.equal(torch.random.get_rng_state(), rng), "the timing drew from torch's RNG"
     assert states.shape == (B, S, 2 * H)
     chosen = dict(native._chosen)
     enc(src.masked_fill(~mask, 0), LENGTHS, mask)

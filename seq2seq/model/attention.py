@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import AttentionName, LuongScore
 from seq2seq.errors import ConfigError
-from seq2seq.model.deferred import DeferredGrad, deferring
+from seq2seq.model.deferred import DeferredGrad, SummedGrad, deferring
 from seq2seq.model.scorers import AdditiveScorer, BilinearScorer
 
 
@@ -53,7 +53,7 @@ class AttentionMemory:
     keys: Tensor | None = None
     context: Tensor | None = None
     values_grad: DeferredGrad | None = None
-    keys_grad: DeferredGrad | None = None
+    keys_grad: DeferredGrad | SummedGrad | None = None
     group: int = 1
 
     def repeat_rows(self, k: int) -> AttentionMemory:
@@ -216,8 +216,20 @@ class BahdanauAttention(Attention):
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
                                keys=self.scorer.keys(h))
 
+    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
+        return _summed_keys(super().loop_memory(memory, steps), self.scorer)
+
     def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
-        return _attend(self.scorer(query, memory.keys), memory)
+        return _attend(self.scorer(query, memory.keys, memory.keys_grad), memory)
+
+
+def _summed_keys(memory: AttentionMemory, scorer: AdditiveScorer) -> AttentionMemory:
+    """An additive scorer's loop memory: the keys' per-step gradients added into one
+    buffer (deferred.SummedGrad) where the scores run through the C kernels."""
+    if not scorer.sums_key_grads(memory.keys):
+        return memory
+    keys = SummedGrad(memory.keys)  # type: ignore[arg-type]
+    return replace(memory, keys=keys.shared, keys_grad=keys)
 
 
 class LuongAttention(Attention):
@@ -248,7 +260,9 @@ class LuongAttention(Attention):
 
     def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
         memory = super().loop_memory(memory, steps)
-        if not isinstance(self.scorer, BilinearScorer) or not deferring(memory.keys):
+        if isinstance(self.scorer, AdditiveScorer):
+            return _summed_keys(memory, self.scorer)
+        if not deferring(memory.keys):
             return memory
         keys = DeferredGrad(memory.keys, steps, shared_on_right=False)
         return replace(memory, keys=keys.shared, keys_grad=keys)

@@ -83,6 +83,41 @@ class DeferredGrad:
         return y + self._slices[step][: y.size(0)]
 
 
+class _SumAnchor(torch.autograd.Function):
+    """A 0-dim zero that every step takes as an input, so autograd runs this node's
+    backward only after all of theirs; it returns the buffer they added into.
+
+    ctx keeps only the buffer, never the SummedGrad (see _Deferred)."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor, buffer: Tensor) -> Tensor:
+        ctx.buffer = buffer
+        return tensor.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return ctx.buffer, None
+
+
+class SummedGrad:
+    """A tensor M (B, ...) that every step of a loop reads whole, with a gradient of its
+    own per step that is not a product (Bahdanau's keys: the additive score's gradient
+    passes through a sigmoid at every position).
+
+    Left to autograd, each step's gradient of M would be its own (B, S, A) tensor, added
+    into the rest: T additions over M, and for the packed loop's shrinking rows a
+    zero-filled copy each. Here each step's backward adds its part straight into one
+    ``buffer`` (rows [:b] for a step of b rows), and ``token``, which each step takes as
+    an input, hands the buffer to M's gradient after the last of them.
+    """
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor  # attached, for a step that cannot add into the buffer
+        self.shared = tensor.detach()
+        self.buffer = torch.zeros_like(tensor, memory_format=torch.contiguous_format)
+        self.token = _SumAnchor.apply(tensor, self.buffer)
+
+
 def deferring(tensor: Tensor | None) -> bool:
     """Whether a loop should defer ``tensor``'s gradient (it needs one, and grad mode is on)."""
     return tensor is not None and tensor.requires_grad and torch.is_grad_enabled()

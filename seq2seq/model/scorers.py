@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq import native
-from seq2seq.model.deferred import DeferredGrad
+from seq2seq.model.deferred import DeferredGrad, SummedGrad, deferring
 
 
 class AdditiveScorer(nn.Module):
@@ -39,11 +39,21 @@ class AdditiveScorer(nn.Module):
         """(B, S, key_size) -> (B, S, attn_size)."""
         return self.key_proj(h)
 
-    def forward(self, query: Tensor, keys: Tensor) -> Tensor:
+    def sums_key_grads(self, keys: Tensor | None) -> bool:
+        """Whether a teacher-forced loop should give these keys a SummedGrad: they need a
+        gradient and the steps' scores will go through the C kernels (fp32 CPU, no
+        autocast, timed faster), whose backward adds into the loop's buffer."""
+        return deferring(keys) and keys.device.type == "cpu" \
+            and keys.dtype == torch.float32 and not torch.is_autocast_enabled("cpu") \
+            and native.choose("additive_scores with gradients", _grad_trial)
+
+    def forward(self, query: Tensor, keys: Tensor, keys_grad: SummedGrad | None = None
+                ) -> Tensor:
         """query (B, Q) or (B, T, Q), keys (B, S, A) -> scores (B, [T,] S).
 
         Without gradients (decoding, validation) the fused C kernel computes them where
-        it is built and timed faster (seq2seq/native; float32 scores)."""
+        it is built and timed faster (seq2seq/native; float32 scores). ``keys_grad``: in
+        a teacher-forced loop, where keys is its ``shared`` (first B rows)."""
         q2 = 2 * self.query_proj(query)
         if q2.device.type != "cpu":
             return additive_scores(q2, keys, self.v.weight)
@@ -54,7 +64,12 @@ class AdditiveScorer(nn.Module):
                     return scores
         elif q2.dtype == keys.dtype == torch.float32 \
                 and native.choose("additive_scores with gradients", _grad_trial):
-            return _NativeScores.apply(q2, keys, self.v.weight)
+            if keys_grad is None:
+                return _NativeScores.apply(q2, keys, self.v.weight)
+            return _NativeScores.apply(q2, keys, self.v.weight, keys_grad.token,
+                                       keys_grad.buffer[: keys.size(0)])
+        if keys_grad is not None:  # the torch path: autograd forms the keys' gradient
+            keys = keys_grad.tensor[: keys.size(0)]
         return additive_scores(q2, keys, self.v.weight)
 
 
@@ -83,17 +98,24 @@ def _scores_trial(dtype: torch.dtype) -> Callable[[], tuple[Callable[[], object]
 
 class _NativeScores(torch.autograd.Function):
     """additive_scores (fp32) through the C kernels, forward and backward; the backward
-    recomputes the sigmoid instead of keeping a (B, [T,] S, A) block for it."""
+    recomputes the sigmoid instead of keeping a (B, [T,] S, A) block for it. With a
+    SummedGrad's ``token`` and ``buffer`` (its rows for these keys), the keys' gradient
+    is added into the buffer (seq2seq/model/deferred.py)."""
 
     @staticmethod
-    def forward(ctx, q2: Tensor, keys: Tensor, v: Tensor) -> Tensor:
+    def forward(ctx, q2: Tensor, keys: Tensor, v: Tensor, token: Tensor | None = None,
+                buffer: Tensor | None = None) -> Tensor:
         ctx.save_for_backward(q2, keys, v)
+        ctx.buffer = buffer
         return native.additive_scores(q2, keys, v)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         q2, keys, v = ctx.saved_tensors
-        return native.additive_scores_backward(q2, keys, v, grad)
+        grad_q, grad_k, grad_v = native.additive_scores_backward(q2, keys, v, grad,
+                                                                 ctx.buffer)
+        token = None if ctx.buffer is None else grad.new_zeros(())
+        return grad_q, grad_k, grad_v, token, None
 
 
 def _grad_trial() -> tuple[Callable[[], object], Callable[[], object]]:

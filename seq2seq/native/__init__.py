@@ -132,7 +132,7 @@ def _load() -> ctypes.CDLL | None:
                                                 ctypes.c_int, _P]
                 lib.additive_scores.restype = None
                 lib.additive_scores_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64,
-                                                         _I64, _P, _P, _P]
+                                                         _I64, _P, _P, _P, ctypes.c_int]
                 lib.additive_scores_backward.restype = None
                 lib.cross_entropy_rows.argtypes = [_P, ctypes.c_int, _I64, _I64, _P, _F, _P, _P,
                                                    ctypes.c_int, _P, _P]
@@ -249,10 +249,13 @@ def additive_scores(q2: Tensor, keys: Tensor, v: Tensor) -> Tensor | None:
     return out.squeeze(1) if one else out
 
 
-def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor
-                             ) -> tuple[Tensor, Tensor, Tensor]:
+def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor,
+                             add_keys_to: Tensor | None = None
+                             ) -> tuple[Tensor, Tensor | None, Tensor]:
     """The gradients of :func:`additive_scores` for fp32 CPU inputs (the caller checks):
-    grad (B, [G,] S) -> grads of q2 (B, [G,] A), keys (B, S, A) and v (shaped as v)."""
+    grad (B, [G,] S) -> grads of q2 (B, [G,] A), keys (B, S, A) and v (shaped as v).
+    With ``add_keys_to`` (contiguous fp32, keys' shape) the keys' gradient is added into
+    it instead, and None returned for it."""
     lib = _load()
     assert lib is not None, "additive_scores_backward needs the built kernels"
     one = q2.dim() == 2
@@ -261,10 +264,13 @@ def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor
     keys = keys.contiguous()
     w = v.detach().reshape(-1).float().contiguous()
     (b, groups, a), s = q.shape, keys.size(1)
-    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(keys), torch.empty_like(w)
+    grad_q, grad_v = torch.empty_like(q), torch.empty_like(w)
+    grad_k = _into(add_keys_to, keys) if add_keys_to is not None else torch.empty_like(keys)
     lib.additive_scores_backward(_ptr(q), _ptr(keys), _ptr(w), _ptr(g), b, groups, s, a,
-                                 _ptr(grad_q), _ptr(grad_k), _ptr(grad_v))
-    return (grad_q.squeeze(1) if one else grad_q), grad_k, grad_v.view_as(v)
+                                 _ptr(grad_q), _ptr(grad_k), _ptr(grad_v),
+                                 int(add_keys_to is not None))
+    return ((grad_q.squeeze(1) if one else grad_q), None if add_keys_to is not None else grad_k,
+            grad_v.view_as(v))
 
 
 def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,

@@ -136,7 +136,7 @@ void additive_scores(const void *q2, const void *keys, const float *v, float vsu
  * and grad_v (A,) are written (not added to); sigmoid is recomputed, nothing was saved. */
 void additive_scores_backward(const float *q2, const float *keys, const float *v,
                               const float *grad, i64 B, i64 G, i64 S, i64 A, float *grad_q2,
-                              float *grad_keys, float *grad_v) {
+                              float *grad_keys, float *grad_v, int add_keys) {
     float k2[A];
     for (i64 a = 0; a < A; a++)
         grad_v[a] = 0.0f;
@@ -148,7 +148,8 @@ void additive_scores_backward(const float *q2, const float *keys, const float *v
             float *gk = grad_keys + (b * S + j) * A;
             for (i64 a = 0; a < A; a++) {
                 k2[a] = 2.0f * kr[a];
-                gk[a] = 0.0f;
+                if (!add_keys)
+                    gk[a] = 0.0f;
             }
             for (i64 g = 0; g < G; g++) {
                 float up = grad[(b * G + g) * S + j];
