@@ -14,7 +14,7 @@ from model_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 from seq2seq import native
 from seq2seq.model import decoder_rnn
-from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN
+from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN, pack_steps
 from seq2seq.model.gru_gates import _GRUGates, gru_gates
 
 needs_kernels = pytest.mark.skipif(not native.available(),
@@ -96,7 +96,7 @@ def _loop(rnn: StackedRNN, emb, rest, rows, use_loop: bool):
                    for i in range(rnn.layers))
     cell = tuple(torch.zeros(batch, H, dtype=emb.dtype) for _ in range(rnn.layers)) \
         if rnn.is_lstm else None
-    loop = LoopRNN(rnn, emb, rows) if use_loop else None
+    loop = LoopRNN(rnn, pack_steps(emb, rows), rows) if use_loop else None
     out = []
     for t, n in enumerate(rows):
         hidden = tuple(s[:n] for s in hidden)
@@ -154,7 +154,7 @@ def test_loop_rnn_under_bf16_autocast_stays_near_fp32():
 def test_loop_rnn_refuses_a_loop_with_nothing_but_the_embeddings():
     rnn = StackedRNN("gru", E, H, 1, dropout=0.0)
     with pytest.raises(ValueError, match="fused"):
-        LoopRNN(rnn, torch.randn(2, 3, E), [2, 2, 2])
+        LoopRNN(rnn, torch.randn(6, E), [2, 2, 2])
 
 
 def test_a_loop_leaves_nothing_alive(monkeypatch):

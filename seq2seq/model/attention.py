@@ -153,15 +153,16 @@ class Attention(nn.Module):
         """As ``forward``, with as many query rows as memory rows."""
         raise NotImplementedError
 
-    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
-        """The memory for a teacher-forced loop of ``steps`` one-step calls.
+    def loop_memory(self, memory: AttentionMemory, rows: list[int]) -> AttentionMemory:
+        """The memory for a teacher-forced loop of one-step calls, step t on the first
+        ``rows[t]`` rows (non-increasing).
 
         Same values, but the gradient of the encoder states the context averages is
         formed once for all steps (seq2seq/model/deferred.py); unchanged without grad mode.
         """
         if not deferring(memory.values):
             return memory
-        values = DeferredGrad(memory.values, steps, shared_on_right=True)
+        values = DeferredGrad(memory.values, rows, shared_on_right=True)
         return replace(memory, values=values.shared, values_grad=values)
 
 
@@ -191,7 +192,7 @@ class NoAttention(Attention):
         context = torch.tanh(self.proj(summary))  # (B, enc_size)
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype), context=context)
 
-    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
+    def loop_memory(self, memory: AttentionMemory, rows: list[int]) -> AttentionMemory:
         return memory  # the fixed context never reads the values
 
     def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
@@ -216,8 +217,8 @@ class BahdanauAttention(Attention):
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
                                keys=self.scorer.keys(h))
 
-    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
-        return _summed_keys(super().loop_memory(memory, steps), self.scorer)
+    def loop_memory(self, memory: AttentionMemory, rows: list[int]) -> AttentionMemory:
+        return _summed_keys(super().loop_memory(memory, rows), self.scorer)
 
     def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:
         return _attend(self.scorer(query, memory.keys, memory.keys_grad), memory)
@@ -258,13 +259,13 @@ class LuongAttention(Attention):
         return AttentionMemory(values=h, mask_bias=_mask_bias(mask, h.dtype),
                                keys=self.scorer.keys(h))
 
-    def loop_memory(self, memory: AttentionMemory, steps: int) -> AttentionMemory:
-        memory = super().loop_memory(memory, steps)
+    def loop_memory(self, memory: AttentionMemory, rows: list[int]) -> AttentionMemory:
+        memory = super().loop_memory(memory, rows)
         if isinstance(self.scorer, AdditiveScorer):
             return _summed_keys(memory, self.scorer)
         if not deferring(memory.keys):
             return memory
-        keys = DeferredGrad(memory.keys, steps, shared_on_right=False)
+        keys = DeferredGrad(memory.keys, rows, shared_on_right=False)
         return replace(memory, keys=keys.shared, keys_grad=keys)
 
     def attend(self, query: Tensor, memory: AttentionMemory) -> tuple[Tensor, Tensor]:

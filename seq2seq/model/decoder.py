@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from seq2seq.constants import PAD_ID
 from seq2seq.model.attention import Attention, AttentionMemory
-from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN
+from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN, pack_steps
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.loss import linear_cross_entropy
 
@@ -300,15 +300,17 @@ class Decoder(nn.Module):
         is then dropped, so they add nothing to the loss or its gradients.
         """
         states, contexts, weights, embs = [], [], [], []
-        memory = self.attention.loop_memory(memory, emb.size(1))
-        rows, step_memory = emb.size(0), memory
-        loop = LoopRNN(self.rnn, emb, active if active is not None else [rows] * emb.size(1))
-        # unbind, not emb[:, i]: the backward of T slices would zero-fill (B, T, E) T times
-        for i, emb_i in enumerate(emb.unbind(1)):
-            if active is not None and active[i] < rows:
-                rows = active[i]
+        rows = emb.size(0)
+        per_step = active if active is not None else [rows] * emb.size(1)
+        memory = step_memory = self.attention.loop_memory(memory, per_step)
+        # packed and split, not emb[:, i][:rows]: the backward of T slices would zero-fill
+        # a (B, E) or (B, T, E) block each
+        packed = pack_steps(emb, per_step)
+        loop = LoopRNN(self.rnn, packed, per_step)
+        for i, emb_i in enumerate(packed.split(per_step)):
+            if per_step[i] < rows:
+                rows = per_step[i]
                 state, step_memory = state.head(rows), memory.head(rows)
-            emb_i = emb_i[:rows]
             s, context, w, state = self._advance(emb_i, state, step_memory, loop)
             n = rows if keep is None else keep[i]
             states.append((state.feed if state.feed is not None else s)[:n])

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.model.deferred import LoopLinear
+from seq2seq.model.deferred import LoopLinear, packed_positions
 from seq2seq.model.dropout import dropout
 from seq2seq.model.encoder import rnn_class
 from seq2seq.model.gru_gates import gru_gates
@@ -92,7 +92,8 @@ def _lstm_gates(gi: Tensor, gh: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class LoopRNN:
-    """A StackedRNN's steps for one loop over ``emb`` (B, T, E).
+    """A StackedRNN's steps for one loop over the embeddings ``emb`` (Σ rows, E), packed
+    time-major (:func:`pack_steps`).
 
     The embeddings are layer 0's first E input features (the decoder puts them first);
     each ``step`` is given the step's other input parts (context, fed-back vector). The
@@ -100,15 +101,15 @@ class LoopRNN:
     """
 
     def __init__(self, rnn: StackedRNN, emb: Tensor, rows: list[int]) -> None:
-        """emb (B, T, E); rows (T,): how many rows step t runs (non-increasing)."""
+        """emb (Σ rows, E); rows (T,): how many rows step t runs (non-increasing)."""
         self.rnn = rnn
-        width = emb.size(2)
+        width = emb.size(1)
         w_ih, _, b_ih, _ = rnn._weights(0)
         if w_ih.size(1) <= width:
             raise ValueError("LoopRNN: layer 0 reads only the embeddings; such a decoder "
                              "runs the RNN fused, not in a step loop")
         # every step's embedding rows, packed time-major, through W_e in one product
-        emb_part = F.linear(_packed(emb, rows), w_ih[:, :width], b_ih)
+        emb_part = F.linear(emb, w_ih[:, :width], b_ih)
         self._inputs = [LoopLinear(w_ih[:, width:], rows, base=emb_part)]
         self._recurrent = []
         for layer in range(rnn.layers):
@@ -140,10 +141,8 @@ class LoopRNN:
         return tuple(new_h), (tuple(new_c) if self.rnn.is_lstm else None)
 
 
-def _packed(x: Tensor, rows: list[int]) -> Tensor:
+def pack_steps(x: Tensor, rows: list[int]) -> Tensor:
     """x (B, T, E) -> the first rows[t] rows of each step t, time-major (Σ rows, E), in one
     gather (its backward is one scatter, not T zero-filled (B, T, E) blocks)."""
-    lengths = torch.tensor(rows, device=x.device).unsqueeze(1)  # (T, 1)
-    live = torch.arange(x.size(0), device=x.device).unsqueeze(0) < lengths  # (T, B)
-    t, b = live.nonzero(as_tuple=True)  # time-major: step 0's rows, then step 1's, ...
-    return x.reshape(-1, x.size(2)).index_select(0, b * x.size(1) + t)
+    positions = packed_positions(rows, x.size(0), x.device)
+    return x.reshape(-1, x.size(2)).index_select(0, positions)

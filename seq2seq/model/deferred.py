@@ -11,7 +11,7 @@ sum over steps, so it can be formed at once:
 Σ_t α_tᵀ g_t = Aᵀ G with A = [α_1 … α_T] and G = [g_1 … g_T], one batched matmul.
 
 How: each step uses ``M.detach()`` (its backward still gives the gradient of x_t)
-and adds a slice of a zero tensor Z (B, T, N) made by ``_Deferred``. Autograd hands
+and adds its block of a zero tensor Z (Σ rows, N) made by ``_Deferred``. Autograd hands
 ``_Deferred.backward`` the gradients of all slices together, G, and by then the loop
 has recorded every x_t, so it returns grad M = Aᵀ G (or Gᵀ A) in one call. The values
 are unchanged (Z is zero); the gradients are equal up to float summation order
@@ -24,23 +24,39 @@ import torch
 from torch import Tensor
 
 
-def _shared_grad(grad: Tensor, inputs: list[Tensor], on_right: bool) -> Tensor:
-    """grad (B, T, N) of all steps' outputs and the recorded x_t -> the gradient of M."""
-    steps, batch = len(inputs), grad.size(0)
-    if all(x.size(0) == batch for x in inputs):
-        x = torch.stack(inputs, dim=1)  # (B, steps, K)
-    else:  # rows that had left the loop contribute nothing
-        x = inputs[0].new_zeros(batch, steps, inputs[0].size(1))
-        for t, x_t in enumerate(inputs):
-            x[: x_t.size(0), t] = x_t
-    g = grad[:, :steps]
+def packed_positions(rows: list[int], batch: int, device: torch.device) -> Tensor:
+    """The (Σ rows,) flat positions b * T + t in a (B, T) grid of a loop's rows packed
+    time-major: step 0's first rows[0] rows, then step 1's first rows[1], ..."""
+    lengths = torch.tensor(rows, device=device).unsqueeze(1)  # (T, 1)
+    live = torch.arange(batch, device=device).unsqueeze(0) < lengths  # (T, B)
+    t, b = live.nonzero(as_tuple=True)
+    return b * len(rows) + t
+
+
+def _batch_major(packed: Tensor, rows: list[int], batch: int) -> Tensor:
+    """(Σ rows, N) packed time-major -> (B, T, N), zero where a row had left the loop."""
+    steps, width = len(rows), packed.size(1)
+    if all(r == batch for r in rows):
+        return packed.view(steps, batch, width).transpose(0, 1)
+    out = packed.new_zeros(batch * steps, width)
+    out.index_copy_(0, packed_positions(rows, batch, packed.device), packed)
+    return out.view(batch, steps, width)
+
+
+def _shared_grad(grad: Tensor, inputs: list[Tensor], on_right: bool, batch: int) -> Tensor:
+    """grad (Σ rows, N) of all steps' outputs, packed as their rows, and the recorded
+    x_t (rows_t, K) -> the gradient of M: Σ_t x_tᵀ g_t per batch row, one bmm."""
+    rows = [x.size(0) for x in inputs]
+    x = _batch_major(torch.cat(inputs), rows, batch)  # (B, steps, K)
+    g = _batch_major(grad[: sum(rows)], rows, batch)  # (B, steps, N)
     if on_right:  # M (B, K, N): Σ_t x_tᵀ g_t
         return torch.bmm(x.transpose(1, 2), g)
     return torch.bmm(g.transpose(1, 2), x)  # M (B, N, K): Σ_t g_t x_tᵀ
 
 
 class _Deferred(torch.autograd.Function):
-    """Zeros (B, T, N) whose backward turns their gradient into the shared tensor's.
+    """Zeros (Σ rows, N), one block of rows per step, whose backward turns their
+    gradient into the shared tensor's.
 
     ctx keeps only the list the loop appends x_t to, never the DeferredGrad: that
     object holds this node's outputs, and a reference back from ctx would make a
@@ -49,14 +65,16 @@ class _Deferred(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, shared: Tensor, inputs: list[Tensor], on_right: bool, steps: int,
+    def forward(ctx, shared: Tensor, inputs: list[Tensor], on_right: bool, total: int,
                 width: int) -> Tensor:
-        ctx.inputs, ctx.on_right = inputs, on_right
-        return shared.new_zeros(shared.size(0), steps, width)
+        ctx.inputs, ctx.on_right, ctx.batch = inputs, on_right, shared.size(0)
+        return shared.new_zeros(total, width)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, None, None]:
-        return _shared_grad(grad, ctx.inputs, ctx.on_right), None, None, None, None
+        if not ctx.inputs:  # the loop never ran a step
+            return None, None, None, None, None
+        return _shared_grad(grad, ctx.inputs, ctx.on_right, ctx.batch), None, None, None, None
 
 
 class DeferredGrad:
@@ -64,23 +82,26 @@ class DeferredGrad:
 
     ``shared_on_right``: y_t = x_t M, x_t (B, K), M (B, K, N), y_t (B, N) (the context);
     otherwise y_t = M x_t, M (B, N, K), x_t (B, K), y_t (B, N) (bilinear scores).
+    ``rows`` (T,): how many rows step t runs (the packed loop's, non-increasing).
     ``shared``: what the loop multiplies with (M detached). ``add(y, x)`` returns y_t
-    plus the next step's zero slice and records x_t.
+    plus the step's block of zeros and records x_t. The zeros are one packed (Σ rows, N)
+    tensor split by steps, so their backward is one concatenation, not a zero-filled
+    (B, N) block per step whose rows shrank.
     """
 
-    def __init__(self, tensor: Tensor, steps: int, shared_on_right: bool) -> None:
+    def __init__(self, tensor: Tensor, rows: list[int], shared_on_right: bool) -> None:
         self.shared = tensor.detach()
         self.inputs: list[Tensor] = []
         width = tensor.size(2) if shared_on_right else tensor.size(1)
-        self._slices = _Deferred.apply(tensor, self.inputs, shared_on_right, steps,
-                                       width).unbind(1)
+        self._blocks = _Deferred.apply(tensor, self.inputs, shared_on_right, sum(rows),
+                                       width).split(rows)
 
     def add(self, y: Tensor, x: Tensor) -> Tensor:
-        """y (b, N) computed with the first b rows of ``shared`` from x (b, K) -> y with
-        M's gradient attached (b < B when finished sentences have left the loop)."""
+        """y (b, N) computed with the first b rows of ``shared`` from x (b, K), b the
+        step's rows -> y with M's gradient attached."""
         step = len(self.inputs)
         self.inputs.append(x.detach())
-        return y + self._slices[step][: y.size(0)]
+        return y + self._blocks[step]
 
 
 class _SumAnchor(torch.autograd.Function):
