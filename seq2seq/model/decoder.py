@@ -312,11 +312,14 @@ class Decoder(nn.Module):
                 rows = per_step[i]
                 state, step_memory = state.head(rows), memory.head(rows)
             s, context, w, state = self._advance(emb_i, state, step_memory, loop)
-            n = rows if keep is None else keep[i]
-            states.append((state.feed if state.feed is not None else s)[:n])
-            contexts.append(context[:n])
-            weights.append(w[:n])
-            embs.append(emb_i[:n])
+            out = state.feed if state.feed is not None else s
+            parts = (out, context, w, emb_i)
+            if keep is not None and keep[i] < rows:
+                # only when rows run past their end: a slice node's backward zero-fills
+                # and copies, even for a slice that keeps every row
+                parts = tuple(x[: keep[i]] for x in parts)
+            for kept, x in zip((states, contexts, weights, embs), parts, strict=True):
+                kept.append(x)
 
         def join(parts: list[Tensor]) -> Tensor:
             return torch.cat(parts) if active is not None else torch.stack(parts, dim=1)
