@@ -134,10 +134,11 @@ class _ProductShapes(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 @pytest.mark.parametrize("bf16", [True, False])
-def test_a_partial_last_chunk_runs_at_the_full_chunk_shape_in_bf16(monkeypatch, bf16):
+def test_bf16_chunks_run_at_the_full_chunk_shape_and_grads_in_two_products(monkeypatch, bf16):
     """bf16 products go to oneDNN, which builds a kernel per new shape: the last, partial
-    chunk is padded with zero rows to the chunk's shape, and the loss and gradients are
-    those of the unpadded rows. fp32 products (no per-shape kernels) are not padded."""
+    chunk is padded with zero rows to the chunk's shape, and grad x and grad W are one
+    product each over all (padded) rows after the chunk loop; the loss and gradients are
+    those of the unpadded rows. fp32: three products per chunk, none padded."""
     monkeypatch.setattr(fused, "CHUNK_ROWS", 4)
     x, w, b, y = _fp32_inputs(10)  # chunks of 4, 4 and 2 rows
     ref = fused.linear_cross_entropy(x, w, b, y, 0.1)
@@ -146,10 +147,13 @@ def test_a_partial_last_chunk_runs_at_the_full_chunk_shape_in_bf16(monkeypatch, 
     with fused.bf16_products(bf16), shapes:
         out = fused.linear_cross_entropy(x, w, b, y, 0.1)
     grads = torch.autograd.grad(out, (x, w, b))
-    rows = {m for m, n in shapes.shapes if n == w.size(0)}  # logits (rows, V)
-    assert rows == ({4} if bf16 else {4, 2})
-    assert len(shapes.shapes) == 9  # three products per chunk
-    assert grads[0].shape == x.shape
+    rows = [m for m, n in shapes.shapes if n == w.size(0)]  # logits (rows, V)
+    if bf16:
+        assert rows == [4, 4, 4]
+        assert shapes.shapes[3:] == [(12, x.size(1)), tuple(w.shape)]  # grad x, grad W
+    else:
+        assert rows == [4, 4, 2] and len(shapes.shapes) == 9
+    assert grads[0].shape == x.shape and grads[0].dtype == x.dtype
     tol = {"rtol": 2e-2, "atol": 2e-2} if bf16 else {"rtol": 1e-6, "atol": 1e-6}
     torch.testing.assert_close(out, ref, **tol)
     for got, want in zip(grads, ref_grads, strict=True):

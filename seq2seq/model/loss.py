@@ -77,20 +77,24 @@ def _chunk_loss(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tenso
 
 
 def _softmax_part(logits: Tensor, target: Tensor, smoothing: float,
-                  grad_dtype: torch.dtype | None, grad_b: Tensor | None
-                  ) -> tuple[Tensor, Tensor | None]:
+                  grad_dtype: torch.dtype | None, grad_b: Tensor | None,
+                  out: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """One chunk's logits (n, V) -> its summed loss and, with ``grad_dtype``, the gradient
-    of the logits softmax - (1-ε) onehot - ε/V in that dtype (also added to ``grad_b``).
+    of the logits softmax - (1-ε) onehot - ε/V in that dtype (also added to ``grad_b``;
+    written into ``out``, (n, V) contiguous, when given).
 
     The fused C kernel (seq2seq/native) where it is built and timed faster: one read of
     the logits instead of the fp32 copy, log-softmax, exp and casts below.
     """
     if logits.device.type == "cpu" \
             and native.choose(f"cross_entropy_rows/{logits.dtype}", _loss_trial(logits.dtype)):
-        fast = native.cross_entropy_rows(logits, target, smoothing, grad_dtype, grad_b)
+        fast = native.cross_entropy_rows(logits, target, smoothing, grad_dtype, grad_b, out)
         if fast is not None:
             return fast
-    return _torch_softmax_part(logits, target, smoothing, grad_dtype, grad_b)
+    loss, grad = _torch_softmax_part(logits, target, smoothing, grad_dtype, grad_b)
+    if out is not None and grad is not None:
+        grad = out.copy_(grad)
+    return loss, grad
 
 
 def _torch_softmax_part(logits: Tensor, target: Tensor, smoothing: float,
@@ -131,6 +135,8 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
         dtype = torch.bfloat16
     w = weight.to(dtype)
     b = None if bias is None else bias.to(dtype)
+    if with_grads and dtype in (torch.bfloat16, torch.float16):
+        return _low_precision_with_grads(x, w, b, weight, bias, target, smoothing)
     total = _wide(x.new_zeros(()))
     grad_x = grad_w = grad_b = None
     if with_grads:
@@ -162,6 +168,35 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             else:  # addmm_ wants one dtype; sum the bf16 product in fp32
                 grad_w += torch.mm(g.t(), xc).to(grad_w.dtype)
     return total, ((grad_x, grad_w, grad_b) if with_grads else None)
+
+
+def _low_precision_with_grads(x: Tensor, w: Tensor, b: Tensor | None, weight: Tensor,
+                              bias: Tensor | None, target: Tensor, smoothing: float
+                              ) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor | None]]:
+    """The chunk loop with bf16/fp16 products (w, b: weight and bias cast) and gradients.
+
+    Each chunk's logit gradient goes into its rows of one (N padded, V) buffer, and
+    grad x and grad W are one product each after the loop: per chunk, grad W's bf16
+    product would be cast to fp32 and added into an fp32 (V, H) sum, two passes over
+    8 MB a chunk (docs/performance.md#the-loss-gradients-in-two-products). Rows are
+    padded with zeros to whole chunks: oneDNN builds a kernel for every new shape."""
+    n, chunks = x.size(0), -(-x.size(0) // CHUNK_ROWS)
+    xs = x.to(w.dtype)  # one cast of all rows, not one per chunk
+    if chunks * CHUNK_ROWS > n:
+        xs = torch.cat([xs, xs.new_zeros(chunks * CHUNK_ROWS - n, xs.size(1))])
+    grads = xs.new_empty(chunks * CHUNK_ROWS, w.size(0))
+    grads[n:].zero_()  # padding rows add nothing to grad W
+    grad_b = None if bias is None else torch.zeros_like(bias)
+    total = _wide(x.new_zeros(()))
+    for start in range(0, n, CHUNK_ROWS):
+        rows = min(CHUNK_ROWS, n - start)
+        logits = F.linear(xs[start:start + CHUNK_ROWS], w, b)[:rows]
+        loss, _ = _softmax_part(logits, target[start:start + rows], smoothing, w.dtype,
+                                grad_b, grads[start:start + rows])
+        total += loss
+    grad_x = torch.mm(grads, w)[:n].to(x.dtype)  # fp32 for an fp32 model in bf16_products()
+    grad_w = torch.mm(grads.t(), xs).to(weight.dtype)
+    return total, (grad_x, grad_w, grad_b)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

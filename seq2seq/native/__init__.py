@@ -274,12 +274,13 @@ def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor,
 
 
 def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
-                       grad_dtype: torch.dtype | None, grad_bias: Tensor | None = None
-                       ) -> tuple[Tensor, Tensor | None] | None:
+                       grad_dtype: torch.dtype | None, grad_bias: Tensor | None = None,
+                       grad_out: Tensor | None = None) -> tuple[Tensor, Tensor | None] | None:
     """The fused loss's softmax part (seq2seq/model/loss.py) for logits (n, V), fp32 or
     bf16, and targets (n,): the summed cross-entropy (0-dim fp32, torch's label
     smoothing) and, with ``grad_dtype``, its gradient softmax - (1-ε) onehot - ε/V as
-    (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias`` (V,) fp32 when given.
+    (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias`` (V,) fp32 when given,
+    written into ``grad_out`` (contiguous, (n, V), grad_dtype) when given.
     None where the kernel does not apply."""
     lib = _lib()
     ok_dtypes = (torch.float32, torch.bfloat16)
@@ -294,7 +295,12 @@ def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
     if n and not 0 <= int(y.min()) <= int(y.max()) < width:  # torch's path names the error
         return None
     rows = torch.empty(n, dtype=torch.float32)
-    grad = None if grad_dtype is None else torch.empty(n, width, dtype=grad_dtype)
+    grad = None if grad_dtype is None else torch.empty(n, width, dtype=grad_dtype) \
+        if grad_out is None else grad_out
+    if grad_out is not None and (grad_out.shape != (n, width) or grad_out.dtype != grad_dtype
+                                 or not grad_out.is_contiguous()):
+        raise ValueError(f"grad_out must be contiguous {grad_dtype} {(n, width)}, got "
+                         f"{grad_out.dtype} {tuple(grad_out.shape)}")
     work = torch.empty(width, dtype=torch.float32)
     lib.cross_entropy_rows(_ptr(x), int(x.dtype == torch.bfloat16), n, width, _ptr(y),
                            float(smoothing), _ptr(rows), 0 if grad is None else _ptr(grad),
