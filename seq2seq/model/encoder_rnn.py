@@ -104,9 +104,31 @@ class Positions:
         self.read = ((b * width + src) * dirs + d).permute(2, 0, 1).reshape(-1)
         # loop rows (t, d, b) for the output (B, S, D): the same map, as rev is its own inverse
         self.write = ((src * dirs + d) * batch + b).permute(1, 2, 0).reshape(-1)
+        # both maps are permutations: their backward is a gather by the inverse
+        self.read_back, self.write_back = _inverse(self.read), _inverse(self.write)
         last = (lengths - 1).view(batch, 1)  # both directions end at step len - 1
         self.last = ((last * dirs + d.view(1, dirs)) * batch + b.view(batch, 1)).reshape(-1)
         self.shape = (width, dirs, batch)
+
+
+def _inverse(perm: Tensor) -> Tensor:
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel(), device=perm.device)
+    return inverse
+
+
+class _Permute(torch.autograd.Function):
+    """x (N, ...) -> x[index] for a permutation ``index``; the backward gathers by the
+    ``inverse`` instead of index_select's zero-fill and scatter-add."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: Tensor, inverse: Tensor) -> Tensor:
+        ctx.inverse = inverse
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        return grad.index_select(0, ctx.inverse), None, None
 
 
 def gru_layer(x: Tensor, where: Positions, rnns: list[nn.GRU], fast: bool
@@ -119,11 +141,11 @@ def gru_layer(x: Tensor, where: Positions, rnns: list[nn.GRU], fast: bool
     w_ih = torch.cat([r.weight_ih_l0 for r in rnns]) if dirs > 1 else rnns[0].weight_ih_l0
     b_ih = torch.cat([r.bias_ih_l0 for r in rnns]) if dirs > 1 else rnns[0].bias_ih_l0
     proj = F.linear(x, w_ih, b_ih).view(-1, 3 * hidden)  # rows (b, s, d)
-    gi = proj.index_select(0, where.read).view(width, dirs, batch, 3 * hidden)
+    gi = _Permute.apply(proj, where.read, where.read_back).view(width, dirs, batch, 3 * hidden)
     w_hh = torch.stack([r.weight_hh_l0 for r in rnns])
     b_hh = torch.stack([r.bias_hh_l0 for r in rnns])
     states = _GRUSequence.apply(gi, w_hh, b_hh, fast).reshape(-1, hidden)
-    out = states.index_select(0, where.write).view(batch, width, dirs * hidden)
+    out = _Permute.apply(states, where.write, where.write_back).view(batch, width, dirs * hidden)
     return out, states.index_select(0, where.last).view(batch, dirs * hidden)
 
 
