@@ -114,7 +114,7 @@ def test_encoder_gives_the_same_on_either_path(monkeypatch, bidirectional):
 
 
 def test_the_loop_applies_only_to_one_layer_grus_on_the_cpu_outside_autocast(monkeypatch):
-    monkeypatch.setattr(native, "choose", lambda name, trial: True)
+    monkeypatch.setattr(native, "choose", lambda name, trial, margin=1.0: True)
     x = torch.randn(2, 3, E)
     gru, lstm = _rnns(2, torch.float32), [torch.nn.LSTM(E, H, batch_first=True)]
     assert encoder_rnn.applies(x, gru)
@@ -122,7 +122,7 @@ def test_the_loop_applies_only_to_one_layer_grus_on_the_cpu_outside_autocast(mon
     assert not encoder_rnn.applies(x, [torch.nn.GRU(E, H, num_layers=2, batch_first=True)])
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not encoder_rnn.applies(x, gru)
-    monkeypatch.setattr(native, "choose", lambda name, trial: False)
+    monkeypatch.setattr(native, "choose", lambda name, trial, margin=1.0: False)
     assert not encoder_rnn.applies(x, gru)
 
 
@@ -147,7 +147,7 @@ def test_the_choice_is_timed_once_and_works_in_inference_mode(monkeypatch):
 
 def test_lstm_encoders_keep_nn_lstm(monkeypatch):
     """An LSTM never reaches the loop, even where the timing would choose it."""
-    monkeypatch.setattr(native, "choose", lambda name, trial: True)
+    monkeypatch.setattr(native, "choose", lambda name, trial, margin=1.0: True)
     called = []
     monkeypatch.setattr(encoder_rnn, "gru_layer", lambda *a: called.append(1))
     _encode(_encoder(rnn_type="lstm"))

@@ -346,3 +346,18 @@ def test_an_unwritable_cache_builds_for_the_process_only(tmp_path):
     assert not done.stderr
     folder = Path(done.stdout.split("on (", 1)[1].split(", ", 1)[1].split(")")[0]).parent
     assert folder.name.startswith("seq2seq-native-") and not folder.exists()
+
+
+@needs_kernels
+def test_a_choice_with_a_margin_needs_the_kernel_that_much_faster(monkeypatch):
+    """The kernel path here takes half the torch path's time: chosen at margin 1.5, not
+    at margin 3; the status line names the margin."""
+    import time
+
+    monkeypatch.setattr(native, "_chosen", {})
+
+    def trial():
+        return (lambda: time.sleep(0.004) or 1), (lambda: time.sleep(0.002) or 1)
+    assert native.choose("half", trial, margin=1.5)
+    assert not native.choose("half again", trial, margin=3.0)
+    assert "needs x3.00" in native._chosen["half again on 1 thread"][1]

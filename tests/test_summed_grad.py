@@ -89,7 +89,7 @@ def test_a_bahdanau_training_step_has_the_same_gradients_with_the_summed_keys(mo
 
 
 def test_keys_get_a_summed_gradient_only_with_grad_mode_on_the_cpu_in_fp32(monkeypatch):
-    monkeypatch.setattr(native, "choose", lambda name, trial: True)
+    monkeypatch.setattr(native, "choose", lambda name, trial, margin=1.0: True)
     scorer = scorers.AdditiveScorer(6, 8, 8)
     keys = torch.randn(2, 3, 8, requires_grad=True)
     assert scorer.sums_key_grads(keys)
@@ -99,5 +99,5 @@ def test_keys_get_a_summed_gradient_only_with_grad_mode_on_the_cpu_in_fp32(monke
         assert not scorer.sums_key_grads(keys)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not scorer.sums_key_grads(keys)
-    monkeypatch.setattr(native, "choose", lambda name, trial: False)
+    monkeypatch.setattr(native, "choose", lambda name, trial, margin=1.0: False)
     assert not scorer.sums_key_grads(keys)

@@ -180,14 +180,17 @@ def disabled() -> Iterator[None]:
         _off.clear()
 
 
-def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[], object]]]
-           ) -> bool:
+def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
+           margin: float = 1.0) -> bool:
     """True when kernel ``name`` is available and faster here than its torch path.
 
     ``trial()`` returns (torch path, kernel) as calls on one synthetic problem; they are
     timed once per process, ``name`` and torch thread count (median of :data:`TRIALS`,
     alternating). A kernel that does not apply to the problem (it returns None, e.g. for
-    float64) is not timed: torch.
+    float64) is not timed: torch. ``margin``: how many times faster the kernel must be.
+    Two runs of the same seed take the same path only if their timings agree, and a path
+    that rounds differently from torch's changes the last bits of every result; a margin
+    keeps a near tie on one side.
     """
     if not available():
         return False
@@ -215,9 +218,10 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
                 fn()
                 times[label].append(time.perf_counter() - start)
         e, f = (sorted(times[k])[TRIALS // 2] for k in ("eager", "fast"))
-        use = f < e
+        use = f * margin < e
+        needs = f"; needs x{margin:.2f}" if margin != 1.0 else ""
         _chosen[name] = (use, f"{name}: {'kernel' if use else 'torch'} ({f * 1e3:.2f} ms "
-                              f"against torch {e * 1e3:.2f})")
+                              f"against torch {e * 1e3:.2f}{needs})")
         return use
 
 
