@@ -137,7 +137,7 @@ def test_the_choice_is_timed_once_and_works_in_inference_mode(monkeypatch):
     rng = torch.random.get_rng_state()
     with torch.inference_mode():
         states, _ = enc(src.masked_fill(~mask, 0), LENGTHS, mask)
-    assert "encoder GRU loop on 1 thread" in native._chosen
+    assert f"encoder GRU loop {E}->{H} x2 on 1 thread" in native._chosen
     assert torch.equal(torch.random.get_rng_state(), rng), "the timing drew from torch's RNG"
     assert states.shape == (B, S, 2 * H)
     chosen = dict(native._chosen)
