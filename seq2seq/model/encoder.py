@@ -62,15 +62,15 @@ class Encoder(nn.Module):
         """
         x = self.dropout(self.embedding(src))  # (B, S, E)
         rev = reverse_index(src_lens, src.size(1)) if self.bwd is not None else None
-        loop = encoder_rnn.applies(x, self._layer(0))
-        where = encoder_rnn.Positions(src_lens, src.size(1), self.directions, rev) if loop \
-            else None
+        where = None  # the loop's positions, made once for every layer that runs the loop
         for layer in range(len(self.fwd)):
             if layer > 0:
                 x = self.dropout(x)
-            if where is not None:
-                states, final = encoder_rnn.gru_layer(x, where, self._layer(layer),
-                                                      gates.use_kernels(x))
+            rnns = self._layer(layer)
+            if encoder_rnn.applies(x, rnns):  # timed per layer: their input sizes differ
+                where = where or encoder_rnn.Positions(src_lens, src.size(1),
+                                                       self.directions, rev)
+                states, final = encoder_rnn.gru_layer(x, where, rnns, gates.use_kernels(x))
             else:
                 states, final = self._torch_layer(x, layer, src_lens, rev)
             # zero the padding so no later layer or reader sees states computed on it

@@ -149,8 +149,8 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
         rows = xc.size(0)
         if rows < CHUNK_ROWS and dtype in (torch.bfloat16, torch.float16):
             # low-precision products go to oneDNN, which builds a kernel for every new
-            # shape (~25 ms on machine E): the last chunk runs at the full chunk's shape,
-            # its extra rows zero (they add nothing to grad W)
+            # shape (~25 ms on machine E): the last chunk runs at the full chunk's shape
+            # (no gradients here: with them, _low_precision_with_grads pads)
             xc = torch.cat([xc, xc.new_zeros(CHUNK_ROWS - rows, xc.size(1))])
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
@@ -159,8 +159,6 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             total += loss
             if g is None:
                 continue
-            if g.size(0) < xc.size(0):
-                g = torch.cat([g, g.new_zeros(xc.size(0) - rows, g.size(1))])
             # (not out=: FlopCounterMode skips it)
             grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)[:rows]
             if dtype == grad_w.dtype:
