@@ -50,6 +50,7 @@ from seq2seq.runtime import (  # noqa: E402
     seed_everything,
 )
 from seq2seq.training.loop import Run, resolve_precision, train_step  # noqa: E402
+from seq2seq.training.loop import precision_of as run_precision  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
 
 ARMS = ("none", "bahdanau", "luong")
@@ -117,12 +118,13 @@ def make_run(cfg: DictConfig, bench: BenchData) -> Run:
     fixed = precision.choose("fp32" if cfg.train.precision == "auto" else cfg.train.precision,
                              device, lambda: None)
     return Run(cfg, None, device, model, optimizer, scheduler, tok, bench.data,
-               bf16=fixed.bf16, loss_bf16=fixed.loss_bf16)
+               bf16=fixed.bf16, loss_bf16=fixed.loss_bf16, gemm_bf16=fixed.gemm_bf16)
 
 
 def precision_of(row: dict[str, Any]) -> str:
-    """The precision a measured row trained in: bf16, bf16_loss or fp32."""
-    return precision.Choice(row["bf16"], "", row.get("loss_bf16", False)).name
+    """The precision a measured row trained in: bf16, bf16_gemm, bf16_loss or fp32."""
+    return precision.Choice(row["bf16"], "", row.get("loss_bf16", False),
+                            row.get("gemm_bf16", False)).name
 
 
 def batch_stats(batches: list[batching.Batch]) -> dict[str, float]:
@@ -294,11 +296,12 @@ def _resolve(run: Run, batches: list[batching.Batch], settings: dict[str, Any], 
              ) -> tuple[str, gemm.Choice]:
     """(the precision's reason, the GEMM route), resolved as seq2seq-train does: the
     precision probe times fp32 on ``route``, and bf16 training takes gemm.for_bf16's route."""
-    reason = f"{precision.Choice(run.bf16, '', run.loss_bf16).name} (train.precision={run.cfg.train.precision})"
+    reason = f"{run_precision(run).name} (train.precision={run.cfg.train.precision})"
     if settings["precision"] == "auto":
         with gemm.using(route):
             choice = resolve_precision(run, batches)  # cfg.train.precision is auto here
-        run.bf16, run.loss_bf16, reason = choice.bf16, choice.loss_bf16, choice.reason
+        run.bf16, run.loss_bf16, run.gemm_bf16 = choice.bf16, choice.loss_bf16, choice.gemm_bf16
+        reason = choice.reason
     return reason, gemm.for_bf16(route, run.device) if run.bf16 else route
 
 
@@ -313,6 +316,7 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
     ctx = (torch.autocast(run.device.type, dtype=torch.bfloat16) if run.bf16
            else contextlib.nullcontext())
     row: dict[str, Any] = {"arm": arm, "bf16": run.bf16, "loss_bf16": run.loss_bf16,
+                           "gemm_bf16": run.gemm_bf16,
                            "precision": reason,
                            "params": count_parameters(run.model),
                            "batch": batch_stats(batches),

@@ -66,8 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--onmt-arms", default="",
                    help="OpenNMT-py 3.5.1 attentions to run, e.g. bahdanau,luong (mlp, general); "
                         "'' = none (default); skipped when .venv-onmt is missing")
-    p.add_argument("--precision", default="fp32", choices=("fp32", "auto", "bf16_loss"),
-                   help="our main rows' train.precision: auto times fp32, bf16_loss and bf16 "
+    p.add_argument("--precision", default="fp32", choices=("fp32", "auto", "bf16_loss", "bf16_gemm"),
+                   help="our main rows' train.precision: auto times fp32, bf16_loss, bf16_gemm and bf16 "
                         "passes on the first batch and keeps what is clearly faster, as "
                         "seq2seq-train does (each row records the choice; ratios are of the "
                         "chosen precision)")
@@ -244,8 +244,8 @@ ONEDNN_ROUTES = ("onednn", "grid")  # fp32 routes whose GEMMs (all or most) run 
 
 
 def ceiling_of(row: dict[str, Any], rates: dict[str, float]) -> float:
-    """The matmul rate of the precision and GEMM route ``row`` trained in (bf16_loss: the
-    fp32 route's, though its loss products run at bf16's)."""
+    """The matmul rate of the precision and GEMM route ``row`` trained in (bf16_loss and
+    bf16_gemm: the fp32 route's, though their large products run at bf16's)."""
     if row["bf16"]:
         return rates["bf16_flops_per_s"]
     if row.get("fp32_gemm") in ONEDNN_ROUTES and "fp32_onednn_flops_per_s" in rates:
@@ -310,6 +310,8 @@ def precision_label(row: dict[str, Any]) -> str:
     seq2seq.model.gemm_grid)."""
     if row["bf16"]:
         return "bf16+grid" if row.get("bf16_gemm") == "grid" else "bf16"
+    if row.get("gemm_bf16"):
+        return "bf16gemm"
     if row.get("loss_bf16"):
         return "bf16loss"
     return {"onednn": "fp32+dnn", "grid": "fp32+grid"}.get(row.get("fp32_gemm", ""), "fp32")

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bf16_parity.py --steps 1000 --jobs 2 --out runs/bf16_parity
     ... --precision bf16_loss      # fp32 against bf16 for the output layer and loss only
+    ... --precision bf16_gemm      # ... for those and the other large products
 
 For each arm of the quick reproduction (``none``, ``bahdanau``, ``luong`` with the deep output
 of ``model/attention=luong_deep``) it runs ``seq2seq-train`` twice with the same seed, batches
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # arm name -> model/attention choice: the arms of configs/profile/quick.yaml
 ARMS = {"none": "none", "bahdanau": "bahdanau", "luong": "luong_deep"}
 PRECISIONS = ("fp32", "bf16")
-COMPARED = ("bf16", "bf16_loss")  # what --precision compares with fp32
+COMPARED = ("bf16", "bf16_loss", "bf16_gemm")  # what --precision compares with fp32
 
 
 def train_command(arm: str, precision: str, steps: int, seed: int, threads: int,

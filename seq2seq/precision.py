@@ -34,7 +34,7 @@ import torch
 from seq2seq import runtime
 from seq2seq.config import Precision, TrainPrecision
 from seq2seq.errors import ConfigError
-from seq2seq.model import loss
+from seq2seq.model import bf16_gemm, loss
 
 TRAIN_CHOICES = tuple(TrainPrecision)  # the schema's choices; check() is for library callers
 DECODE_CHOICES = tuple(Precision)
@@ -42,7 +42,7 @@ MIN_SPEEDUP = 1.15  # full bf16 must save at least this factor of step time to b
 # bf16_loss's probe meets the shapes training meets, so a smaller margin covers its noise
 MIN_LOSS_SPEEDUP = 1.05
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
-TRAIN_MODES = ("fp32", "bf16_loss", "bf16")  # what training's auto times, least changed first
+TRAIN_MODES = ("fp32", "bf16_loss", "bf16_gemm", "bf16")  # what training's auto times, least changed first
 DECODE_MODES = ("fp32", "bf16")
 Pass = Callable[[], None]  # one timed unit of work: a training pass, or a few decoder steps
 
@@ -50,20 +50,26 @@ Pass = Callable[[], None]  # one timed unit of work: a training pass, or a few d
 @dataclass
 class Choice:
     """The precision a run trains (or decodes) in, and why: ``bf16`` autocast over the
-    model, or ``loss_bf16``: only the fused loss's products in bf16."""
+    model, ``loss_bf16``: only the fused loss's products in bf16, or ``gemm_bf16``:
+    those and the other large products (seq2seq/model/bf16_gemm.py)."""
 
     bf16: bool
     reason: str
     loss_bf16: bool = False
+    gemm_bf16: bool = False
 
     @property
     def name(self) -> str:
-        return "bf16" if self.bf16 else "bf16_loss" if self.loss_bf16 else "fp32"
+        if self.bf16:
+            return "bf16"
+        return "bf16_gemm" if self.gemm_bf16 else "bf16_loss" if self.loss_bf16 else "fp32"
 
 
 def of_name(name: str, reason: str = "") -> Choice:
-    """The Choice a resolved name (fp32, bf16, bf16_loss) stands for, e.g. on resume."""
-    return Choice(name == "bf16", reason or name, loss_bf16=name == "bf16_loss")
+    """The Choice a resolved name (fp32, bf16, bf16_loss, bf16_gemm) stands for, e.g. on
+    resume."""
+    return Choice(name == "bf16", reason or name, loss_bf16=name in ("bf16_loss", "bf16_gemm"),
+                  gemm_bf16=name == "bf16_gemm")
 
 
 def check(name: str, key: str = "train.precision") -> None:
@@ -77,11 +83,14 @@ def check(name: str, key: str = "train.precision") -> None:
 
 def applied(choice: Choice, device: torch.device) -> contextlib.AbstractContextManager:
     """The block runs in ``choice``'s precision: bf16 autocast, or fp32 with the fused
-    loss's products in bf16 (both only where bf16 is native)."""
+    loss's products (and, for bf16_gemm, the other large products) in bf16; bf16 only
+    where it is native."""
     stack = contextlib.ExitStack()
     stack.enter_context(runtime.autocast(device, choice.bf16))
     if choice.loss_bf16 and runtime.bf16_supported(device):
         stack.enter_context(loss.bf16_products())
+        if choice.gemm_bf16:
+            stack.enter_context(bf16_gemm.enabled())
     return stack
 
 
@@ -148,15 +157,15 @@ def choose(name: str, device: torch.device, passes: Pass | Sequence[Pass],
 def _pick(seconds: dict[str, float], what: str) -> Choice:
     """From the probe's ``seconds`` per mode: each further change of precision is kept
     only when it is clearly faster than the best so far."""
-    margins = {"bf16_loss": MIN_LOSS_SPEEDUP, "bf16": MIN_SPEEDUP}
+    margins = {"bf16_loss": MIN_LOSS_SPEEDUP, "bf16_gemm": MIN_LOSS_SPEEDUP, "bf16": MIN_SPEEDUP}
     best = "fp32"
     for mode in (m for m in TRAIN_MODES[1:] if m in seconds):
         if seconds[mode] > 0 and seconds[best] / seconds[mode] >= margins[mode]:
             best = mode
     took = ", ".join(f"{seconds[m] * 1e3:.0f} ms in {m}" for m in seconds)
     if "bf16_loss" in seconds:
-        needs = (f"bf16_loss needs x{MIN_LOSS_SPEEDUP} over fp32, bf16 x{MIN_SPEEDUP} over "
-                 "the better of those")
+        needs = (f"bf16_loss, then bf16_gemm, need x{MIN_LOSS_SPEEDUP} over the best before "
+                 f"them, bf16 x{MIN_SPEEDUP}")
     else:
         needs = f"x{seconds['fp32'] / max(seconds['bf16'], 1e-12):.2f}; bf16 needs x{MIN_SPEEDUP}"
     return of_name(best, f"{best} (auto: {what} took {took}; {needs})")

@@ -164,7 +164,7 @@ def test_validate_refuses_bad_values(override: str, message: str) -> None:
     ("model.attention.name=transformer", "[none, bahdanau, luong]"),
     ("model.attention.score=cosine", "[dot, general, concat, scaled_dot]"),
     ("model.rnn_type=rnn", "[gru, lstm]"),
-    ("train.precision=fp16", "[auto, fp32, bf16, bf16_loss]"),
+    ("train.precision=fp16", "[auto, fp32, bf16, bf16_loss, bf16_gemm]"),
 ])
 def test_a_value_outside_a_fixed_set_is_refused_when_composing(override: str, choices: str) -> None:
     from hydra.errors import ConfigCompositionException

@@ -16,16 +16,22 @@ CPU = torch.device("cpu")
 
 def _mode() -> str:
     """The precision the code runs in now, as the model would see it."""
-    from seq2seq.model import loss
+    from seq2seq.model import bf16_gemm, loss
 
-    return "bf16" if torch.is_autocast_enabled("cpu") else "bf16_loss" if loss._bf16 else "fp32"
+    if torch.is_autocast_enabled("cpu"):
+        return "bf16"
+    return "bf16_gemm" if bf16_gemm.active() else "bf16_loss" if loss._bf16 else "fp32"
 
 
-def _step(fp32_s: float, bf16_s: float, calls: list[str], loss_s: float | None = None):
+def _step(fp32_s: float, bf16_s: float, calls: list[str], loss_s: float | None = None,
+          gemm_s: float | None = None):
     """A fake training pass that draws randoms and reports the given time in each
     precision to the clock below (``step.seconds``): no sleeping, so the probe's medians
-    are exact on a loaded machine too. bf16_loss takes ``loss_s`` (default: fp32's)."""
-    seconds = {"fp32": fp32_s, "bf16": bf16_s, "bf16_loss": fp32_s if loss_s is None else loss_s}
+    are exact on a loaded machine too. bf16_loss takes ``loss_s`` (default: fp32's),
+    bf16_gemm ``gemm_s`` (default: bf16_loss's)."""
+    loss_s = fp32_s if loss_s is None else loss_s
+    seconds = {"fp32": fp32_s, "bf16": bf16_s, "bf16_loss": loss_s,
+               "bf16_gemm": loss_s if gemm_s is None else gemm_s}
 
     def step() -> None:
         calls.append(_mode())
@@ -59,27 +65,33 @@ def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch, fake_clock) -> No
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     calls: list[str] = []
     fast = precision.choose("auto", CPU, _step(0.02, 0.005, calls))
-    assert fast.bf16 and "20 ms in fp32, 20 ms in bf16_loss, 5 ms in bf16" in fast.reason
+    assert fast.bf16 and "20 ms in fp32, 20 ms in bf16_loss, 20 ms in bf16_gemm, 5 ms in bf16" \
+        in fast.reason
     for mode in precision.TRAIN_MODES:  # one warm-up and the timed rounds each, alternating
         assert calls.count(mode) == precision.PROBE_ROUNDS + 1
-    assert calls[:3] == list(precision.TRAIN_MODES)
+    assert calls[:4] == list(precision.TRAIN_MODES)
     slow = precision.choose("auto", CPU, _step(0.01, 0.02, []))
     assert slow.name == "fp32" and slow.reason.startswith("fp32 (auto")
     assert precision.choose("bf16", CPU, _step(0.01, 0.02, [])).bf16  # asked for: kept
 
 
-@pytest.mark.parametrize(("fp32_s", "loss_s", "bf16_s", "chosen"), [
-    (1.0, 0.90, 0.85, "bf16_loss"),  # bf16 beats fp32 by x1.18 but bf16_loss by x1.06 only
-    (1.0, 0.90, 0.75, "bf16"),  # x1.2 over bf16_loss
-    (1.0, 0.97, 0.85, "bf16"),  # bf16_loss under its x1.05: bf16 against fp32, x1.18
-    (1.0, 0.97, 0.90, "fp32"),  # neither clearly faster
+@pytest.mark.parametrize(("fp32_s", "loss_s", "gemm_s", "bf16_s", "chosen"), [
+    (1.0, 0.90, 0.90, 0.85, "bf16_loss"),  # bf16 beats fp32 by x1.18 but bf16_loss by x1.06 only
+    (1.0, 0.90, 0.90, 0.75, "bf16"),  # x1.2 over bf16_loss
+    (1.0, 0.97, 0.97, 0.85, "bf16"),  # bf16_loss under its x1.05: bf16 against fp32, x1.18
+    (1.0, 0.97, 0.97, 0.90, "fp32"),  # neither clearly faster
+    (1.0, 0.90, 0.80, 0.75, "bf16_gemm"),  # x1.125 over bf16_loss; bf16 only x1.07 over it
+    (1.0, 0.90, 0.88, 0.85, "bf16_loss"),  # bf16_gemm x1.02 over bf16_loss: not enough
+    (1.0, 0.97, 0.90, 0.85, "bf16_gemm"),  # bf16_loss under its margin: bf16_gemm against fp32
 ])
 def test_auto_keeps_each_further_change_only_when_it_pays(monkeypatch, fake_clock, fp32_s, loss_s,
-                                                          bf16_s, chosen) -> None:
+                                                          gemm_s, bf16_s, chosen) -> None:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
-    choice = precision.choose("auto", CPU, _step(fp32_s, bf16_s, [], loss_s))
+    choice = precision.choose("auto", CPU, _step(fp32_s, bf16_s, [], loss_s, gemm_s))
     assert choice.name == chosen and choice.reason.startswith(f"{chosen} (auto")
-    assert choice.bf16 is (chosen == "bf16") and choice.loss_bf16 is (chosen == "bf16_loss")
+    assert choice.bf16 is (chosen == "bf16")
+    assert choice.loss_bf16 is (chosen in ("bf16_loss", "bf16_gemm"))
+    assert choice.gemm_bf16 is (chosen == "bf16_gemm")
 
 
 def test_each_timed_round_runs_a_new_pass_in_every_mode(monkeypatch) -> None:
@@ -88,7 +100,7 @@ def test_each_timed_round_runs_a_new_pass_in_every_mode(monkeypatch) -> None:
     pass's size to the mean size, so batches of different size compare."""
     calls: list[tuple[int, str]] = []
     sizes = [100, 200, 400, 300]
-    per_token = {"fp32": 3e-4, "bf16_loss": 2e-4, "bf16": 1e-4}
+    per_token = {"fp32": 3e-4, "bf16_loss": 2e-4, "bf16_gemm": 1.5e-4, "bf16": 1e-4}
 
     def make(i: int):
         def one_pass() -> None:
@@ -100,11 +112,12 @@ def test_each_timed_round_runs_a_new_pass_in_every_mode(monkeypatch) -> None:
     monkeypatch.setattr(precision, "timed", lambda step, device: (step(), step.seconds)[1])
     got = precision.probe([make(i) for i in range(4)], CPU, precision.TRAIN_MODES, sizes)
     modes = precision.TRAIN_MODES
-    assert calls[:3] == [(0, m) for m in modes]
-    rounds = [calls[3 + 3 * r: 6 + 3 * r] for r in range(precision.PROBE_ROUNDS)]
+    n = len(modes)
+    assert calls[:n] == [(0, m) for m in modes]
+    rounds = [calls[n + n * r: 2 * n + n * r] for r in range(precision.PROBE_ROUNDS)]
     for r, done in enumerate(rounds):
         assert {i for i, _ in done} == {1 + r} and sorted(m for _, m in done) == sorted(modes)
-    assert [done[0][1] for done in rounds] == list(modes)  # the modes take turns going first
+    assert [done[0][1] for done in rounds] == list(modes[:precision.PROBE_ROUNDS])  # turns first
     assert got == pytest.approx({m: t * 250 for m, t in per_token.items()})
 
 
@@ -133,6 +146,8 @@ def test_decoding_auto_never_times_bf16_loss(monkeypatch, fake_clock) -> None:
     assert choice.bf16 and "bf16_loss" not in calls and "x2.00" in choice.reason
     with pytest.raises(ConfigError, match="'bf16_loss' is for training"):
         precision.check("bf16_loss", key="precision")
+    with pytest.raises(ConfigError, match="'bf16_gemm' is for training"):
+        precision.check("bf16_gemm", key="precision")
 
 
 def test_applied_sets_and_restores_the_mode(monkeypatch) -> None:
@@ -179,29 +194,33 @@ def test_training_records_the_choice_and_a_resume_keeps_it(tiny_train_overrides,
     assert f"precision: {chosen} (kept from the run's start)" in (run_dir / "train.log").read_text()
 
 
+@pytest.mark.parametrize("name", ["bf16_loss", "bf16_gemm"])
 def test_bf16_loss_trains_fp32_with_its_loss_in_bf16(tiny_train_overrides, tmp_path: Path,
-                                                   monkeypatch) -> None:
-    """train.precision=bf16_loss: recorded, kept on resume, and the training step's loss
-    runs inside bf16_products while the model's parameters and gradients stay fp32."""
+                                                   monkeypatch, name: str) -> None:
+    """train.precision=bf16_loss (and bf16_gemm): recorded, kept on resume, and the
+    training step's loss runs inside bf16_products (bf16_gemm: and the large products'
+    block) while the model's parameters and gradients stay fp32."""
     from test_train import train
 
-    from seq2seq.model import loss
+    from seq2seq.model import bf16_gemm, loss
 
     native = runtime.bf16_supported(CPU)
-    seen: list[tuple[bool, bool, torch.dtype]] = []
+    seen: list[tuple[bool, bool, bool, torch.dtype]] = []
     real = loss.linear_cross_entropy
 
     def spy(x, weight, *args, **kwargs):
         if torch.is_grad_enabled():
-            seen.append((loss._bf16, torch.is_autocast_enabled("cpu"), weight.dtype))
+            seen.append((loss._bf16, bf16_gemm.active(), torch.is_autocast_enabled("cpu"),
+                         weight.dtype))
         return real(x, weight, *args, **kwargs)
 
     monkeypatch.setattr("seq2seq.model.decoder.linear_cross_entropy", spy)
     run_dir = tmp_path / "run"
-    train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=2", "train.precision=bf16_loss")
-    expected = "bf16_loss" if native else "fp32"
+    train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=2", f"train.precision={name}")
+    expected = name if native else "fp32"
     assert json.loads((run_dir / "summary.json").read_text())["precision"] == expected
-    assert seen and all(s == (native, False, torch.float32) for s in seen), seen[:3]
+    gemm_on = native and name == "bf16_gemm"
+    assert seen and all(s == (native, gemm_on, False, torch.float32) for s in seen), seen[:3]
     train(tiny_train_overrides, f"run_dir={run_dir}", "train.max_steps=4", "train.precision=fp32",
           "train.resume=true")
     assert json.loads((run_dir / "summary.json").read_text())["precision"] == expected

@@ -58,10 +58,13 @@ class Precision(StrEnum):
 class TrainPrecision(StrEnum):
     """Training's precision: decoding's, and bf16 for the output layer and loss alone."""
 
-    auto = "auto"  # whichever of fp32, bf16_loss, bf16 a start-up probe measures faster
+    auto = "auto"  # whichever of fp32, bf16_loss, bf16_gemm, bf16 a start-up probe measures faster
     fp32 = "fp32"
     bf16 = "bf16"
     bf16_loss = "bf16_loss"  # fp32 model; the fused output layer + loss multiply in bf16
+    # fp32 model; those and the other products over all positions (encoder input, keys,
+    # embeddings, readout, the step loop's weight gradients) multiply in bf16
+    bf16_gemm = "bf16_gemm"
 
 
 class LrSchedule(StrEnum):
@@ -172,8 +175,9 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: int = 0  # torch intra-op threads; 0 = all cores
     # auto: what a probe of real training passes at start-up shows faster (seq2seq/precision.py);
-    # fp32; bf16 autocast; bf16_loss: only the output layer + loss in bf16 (both bf16 choices
-    # where the device has native bf16, else fp32)
+    # fp32; bf16 autocast; bf16_loss: only the output layer + loss in bf16; bf16_gemm: those
+    # and the other large products in bf16 (bf16 choices where the device has native bf16,
+    # else fp32)
     precision: TrainPrecision = TrainPrecision.fp32
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.constants import PAD_ID
+from seq2seq.model import bf16_gemm
 from seq2seq.model.attention import Attention, AttentionMemory
 from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN, pack_steps
 from seq2seq.model.dropout import Dropout
@@ -98,7 +99,7 @@ class Readout(nn.Module):
 
     def forward(self, parts: list[Tensor]) -> Tensor:
         """parts: tensors (..., d_i) -> (..., out_size)."""
-        z = self.proj(torch.cat(parts, dim=-1))
+        z = bf16_gemm.linear(torch.cat(parts, dim=-1), self.proj.weight, self.proj.bias)
         if self.maxout:
             return z.unflatten(-1, (-1, 2)).amax(dim=-1)
         return torch.tanh(z)

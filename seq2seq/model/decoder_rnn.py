@@ -25,9 +25,9 @@ tests/test_decoder_rnn.py).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.model import bf16_gemm
 from seq2seq.model.deferred import LoopLinear, packed_positions
 from seq2seq.model.dropout import dropout
 from seq2seq.model.encoder import rnn_class
@@ -109,7 +109,7 @@ class LoopRNN:
             raise ValueError("LoopRNN: layer 0 reads only the embeddings; such a decoder "
                              "runs the RNN fused, not in a step loop")
         # every step's embedding rows, packed time-major, through W_e in one product
-        emb_part = F.linear(emb, w_ih[:, :width], b_ih)
+        emb_part = bf16_gemm.linear(emb, w_ih[:, :width], b_ih)
         self._inputs = [LoopLinear(w_ih[:, width:], rows, base=emb_part)]
         self._recurrent = []
         for layer in range(rnn.layers):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seq2seq.model import bf16_gemm
+
 
 def packed_positions(rows: list[int], batch: int, device: torch.device) -> Tensor:
     """The (Σ rows,) flat positions b * T + t in a (B, T) grid of a loop's rows packed
@@ -153,22 +155,23 @@ class _WeightAnchor(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, base: Tensor, weight: Tensor, bias: Tensor | None,
-                inputs: list[Tensor]) -> Tensor:
+                inputs: list[Tensor], bf16: bool) -> Tensor:
         ctx.inputs, ctx.has_bias, ctx.dtype = inputs, bias is not None, weight.dtype
+        ctx.bf16 = bf16
         return base.view_as(base)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         grad_base = grad if ctx.needs_input_grad[0] else None
         if not ctx.inputs:  # the loop never ran a step
-            return grad_base, None, None, None
+            return grad_base, None, None, None, None
         x = torch.cat(ctx.inputs)  # (rows of all steps, in), packed as grad's rows are
         g = grad[: x.size(0)]
-        grad_w = torch.mm(g.t(), x.to(g.dtype)).to(ctx.dtype)
+        grad_w = bf16_gemm.weight_grad(g, x, ctx.bf16).to(ctx.dtype)
         grad_b = None
         if ctx.has_bias:  # a bf16 sum over thousands of rows would lose digits
             grad_b = g.sum(0, dtype=torch.promote_types(g.dtype, torch.float32)).to(ctx.dtype)
-        return grad_base, grad_w, grad_b, None
+        return grad_base, grad_w, grad_b, None, None
 
 
 class LoopLinear:
@@ -197,7 +200,8 @@ class LoopLinear:
         self._record = torch.is_grad_enabled() and (
             weight.requires_grad or (bias is not None and bias.requires_grad))
         if self._record:
-            base = _WeightAnchor.apply(base, weight, bias, self.inputs)
+            # train.precision=bf16_gemm: the one product after the loop in bf16
+            base = _WeightAnchor.apply(base, weight, bias, self.inputs, bf16_gemm.applies(base))
         self._bases = base.split(rows)
         self._step = 0
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq import native
+from seq2seq.model import bf16_gemm
 from seq2seq.model import gru_gates as gates
 
 
@@ -59,6 +59,7 @@ class _GRUSequence(torch.autograd.Function):
                           states[t].view(rows, hidden), fast,
                           out=states[t + 1].view(rows, hidden), keep=keep[t])
         ctx.fast = fast
+        ctx.bf16 = bf16_gemm.applies(gh.view(-1, width))  # train.precision=bf16_gemm
         ctx.save_for_backward(w_hh, states, gh, keep)
         return states[1:]
 
@@ -76,6 +77,9 @@ class _GRUSequence(torch.autograd.Function):
                 states[t].view(rows, hidden), ctx.fast,
                 grad_gi[t].view(rows, width), grad_gh[t].view(rows, width))
             carry = torch.baddbmm(direct.view(dirs, batch, hidden), grad_gh[t], w_hh)
+        if ctx.bf16:
+            grad_w, grad_b = _weight_grads_bf16(grad_gh, states[:-1], ctx.needs_input_grad)
+            return grad_gi, grad_w, grad_b, None
         # Σ over steps and rows, one product per direction (direction-major copies: a sum
         # over the strided (steps, rows) dims directly was ~4x slower than over a copy)
         g_all = grad_gh.transpose(0, 1).reshape(dirs, steps * batch, width)
@@ -83,6 +87,20 @@ class _GRUSequence(torch.autograd.Function):
         grad_w = torch.bmm(g_all.transpose(1, 2), h_all) if ctx.needs_input_grad[1] else None
         grad_b = g_all.sum(1) if ctx.needs_input_grad[2] else None
         return grad_gi, grad_w, grad_b, None
+
+
+def _weight_grads_bf16(grad_gh: Tensor, h: Tensor, needs: tuple[bool, ...]
+                       ) -> tuple[Tensor | None, Tensor | None]:
+    """_GRUSequence's weight_hh and bias_hh gradients under train.precision=bf16_gemm:
+    grad_gh (S, D, B, 3H), h (S, D, B, H) -> Σ over steps and rows of grad_ghᵀ h in one
+    bf16 product per direction (rows padded, seq2seq/model/bf16_gemm.py), and of grad_gh
+    in fp32."""
+    grad_w = grad_b = None
+    if needs[1]:
+        grad_w = bf16_gemm.batched_weight_grad(grad_gh.transpose(0, 1), h.transpose(0, 1))
+    if needs[2]:  # the leading dim first: a sum over contiguous blocks
+        grad_b = grad_gh.sum(0).sum(1)
+    return grad_w, grad_b
 
 
 class Positions:
@@ -140,7 +158,7 @@ def gru_layer(x: Tensor, where: Positions, rnns: list[nn.GRU], fast: bool
     hidden = rnns[0].hidden_size
     w_ih = torch.cat([r.weight_ih_l0 for r in rnns]) if dirs > 1 else rnns[0].weight_ih_l0
     b_ih = torch.cat([r.bias_ih_l0 for r in rnns]) if dirs > 1 else rnns[0].bias_ih_l0
-    proj = F.linear(x, w_ih, b_ih).view(-1, 3 * hidden)  # rows (b, s, d)
+    proj = bf16_gemm.linear(x, w_ih, b_ih).view(-1, 3 * hidden)  # rows (b, s, d)
     gi = _Permute.apply(proj, where.read, where.read_back).view(width, dirs, batch, 3 * hidden)
     w_hh = torch.stack([r.weight_hh_l0 for r in rnns])
     b_hh = torch.stack([r.bias_hh_l0 for r in rnns])

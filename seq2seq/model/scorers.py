@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq import native
+from seq2seq.model import bf16_gemm
 from seq2seq.model.deferred import DeferredGrad, SummedGrad, deferring
 
 
@@ -37,7 +38,7 @@ class AdditiveScorer(nn.Module):
 
     def keys(self, h: Tensor) -> Tensor:
         """(B, S, key_size) -> (B, S, attn_size)."""
-        return self.key_proj(h)
+        return bf16_gemm.linear(h, self.key_proj.weight, self.key_proj.bias)
 
     def sums_key_grads(self, keys: Tensor | None) -> bool:
         """Whether a teacher-forced loop should give these keys a SummedGrad: they need a
@@ -172,7 +173,7 @@ class BilinearScorer(nn.Module):
 
     def keys(self, h: Tensor) -> Tensor:
         """(B, S, key_size) -> (B, S, query_size)."""
-        return h if self.key_proj is None else self.key_proj(h)
+        return h if self.key_proj is None else bf16_gemm.linear(h, self.key_proj.weight)
 
     def forward(self, query: Tensor, keys: Tensor, keys_grad: DeferredGrad | None = None
                 ) -> Tensor:

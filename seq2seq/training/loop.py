@@ -50,13 +50,14 @@ def choose_precision(run: Run) -> None:
     p = run.progress
     if p.precision:
         kept = precision.of_name(p.precision)
-        run.bf16, run.loss_bf16 = kept.bf16, kept.loss_bf16
+        run.bf16, run.loss_bf16, run.gemm_bf16 = kept.bf16, kept.loss_bf16, kept.gemm_bf16
         run.log.info("precision: %s (kept from the run's start)", p.precision)
         return
     batches = [validation.to_device(batching.collate(run.data.train, idx), run.device)
                for idx in epoch_batches(run)[:precision.PROBE_ROUNDS + 1]]
     choice = distributed.on_main(lambda: resolve_precision(run, batches))
-    run.bf16, run.loss_bf16, p.precision = choice.bf16, choice.loss_bf16, choice.name
+    run.bf16, run.loss_bf16, run.gemm_bf16 = choice.bf16, choice.loss_bf16, choice.gemm_bf16
+    p.precision = choice.name
     run.log.info("precision: %s", choice.reason)
 
 
@@ -104,9 +105,14 @@ def training_pass(run: Run, batch: batching.Batch) -> Callable[[], None]:
 
 
 def autocast(run: Run) -> contextlib.AbstractContextManager:
-    """The run's precision: bf16 autocast, or the fused loss's products in bf16
-    (seq2seq.precision.applied), or nothing."""
-    return precision.applied(precision.Choice(run.bf16, "", run.loss_bf16), run.device)
+    """The run's precision: bf16 autocast, or the fused loss's (and the other large)
+    products in bf16 (seq2seq.precision.applied), or nothing."""
+    return precision.applied(precision_of(run), run.device)
+
+
+def precision_of(run: Run) -> precision.Choice:
+    """The precision ``run`` trains in (its flags as a Choice, without a reason)."""
+    return precision.Choice(run.bf16, "", run.loss_bf16, run.gemm_bf16)
 
 
 def train_step(run: Run, batch: batching.Batch, scale: float = 1.0) -> torch.Tensor:

@@ -57,7 +57,7 @@ class Progress:
     tgt_tokens: int = 0
     src_tokens: int = 0
     stop_reason: str = ""
-    precision: str = ""  # fp32 | bf16 | bf16_loss as resolved at the start (auto measures)
+    precision: str = ""  # fp32 | bf16 | bf16_loss | bf16_gemm as resolved at the start (auto measures)
     fp32_gemm: str = ""  # grid | onednn | default: this start's route for fp32 GEMMs (seq2seq.model.gemm)
     bf16_gemm: str = ""  # grid | as_is in bf16 training, else "": the same for bf16 products
 
@@ -83,6 +83,7 @@ class Run:
     rank_rng_restored: bool = False  # a resume gave this rank its own saved RNG state
     bf16: bool = False  # bf16 autocast, from train.precision (resolved once, kept on resume)
     loss_bf16: bool = False  # train.precision=bf16_loss: only the fused loss's products in bf16
+    gemm_bf16: bool = False  # train.precision=bf16_gemm: those and the other large products
     native_logged: bool = False  # the C kernels' choices went to the log (after a validation)
 
 
