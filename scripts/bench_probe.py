@@ -60,11 +60,13 @@ def probe_arm(arm: str, how: str, threads: int, data: list[str], batch_tokens: i
     else:
         passes, sizes = [training_pass(run, b) for b in batches], [b.n_tgt_tokens for b in batches]
     with gemm.using(route):
-        seconds = precision.probe(passes, run.device, precision.TRAIN_MODES, sizes)
+        rounds = precision.probe_rounds(passes, run.device, precision.TRAIN_MODES, sizes)
+    seconds = {m: sorted(v)[len(v) // 2] for m, v in rounds.items()}
     return {"arm": arm, "how": how, "threads": threads, "cpu": cpu_description(),
             "fp32_gemm": route.name, "bf16_native": bf16_supported(run.device), "seconds": seconds,
-            "speedup_over_fp32": {m: seconds["fp32"] / s for m, s in seconds.items() if s > 0},
-            "chosen": precision._pick(seconds, "a training pass").name}
+            "rounds": rounds,
+            "speedup_over_fp32": {m: precision.speedup(rounds, "fp32", m) for m in rounds},
+            "chosen": precision._pick(rounds, "a training pass").name}
 
 
 def main(argv: list[str] | None = None) -> None:

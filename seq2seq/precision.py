@@ -17,9 +17,13 @@ gradients are cleared and every RNG state is restored.
 and loss's products in bf16 (:func:`seq2seq.model.loss.bf16_products`): about 40% of a
 step's time, in three product shapes that recur all run, so oneDNN builds their bf16
 kernels once, where full bf16 meets new shapes every batch
-(docs/performance.md#bf16-for-the-output-layer-and-loss-only). Training's ``auto`` times
-all three: bf16_loss is kept when it beats fp32 by :data:`MIN_LOSS_SPEEDUP`, and full
-bf16 only when it beats the better of those two by :data:`MIN_SPEEDUP`.
+(docs/performance.md#bf16-for-the-output-layer-and-loss-only). ``bf16_gemm`` also runs the
+model's other products over all positions in bf16, their rows padded so their shapes recur
+(seq2seq/model/bf16_gemm.py). Training's ``auto`` times all four: bf16_loss is kept when
+it beats fp32 by :data:`MIN_LOSS_SPEEDUP`, bf16_gemm when it beats the best of those by
+the same margin, and full bf16 only when it beats the best of the three by
+:data:`MIN_SPEEDUP`; each comparison is the median of the two modes' ratio within a round
+(:func:`speedup`).
 """
 
 from __future__ import annotations
@@ -106,8 +110,16 @@ def timed(step: Callable[[], None], device: torch.device) -> float:
 def probe(passes: Pass | Sequence[Pass], device: torch.device,
           modes: tuple[str, ...] = DECODE_MODES, sizes: Sequence[float] | None = None
           ) -> dict[str, float]:
-    """Median seconds of a pass (one forward+backward, or a few decoder steps) in each of
-    ``modes``, measured alternately, the modes taking turns to go first.
+    """Median seconds of a pass in each of ``modes`` (:func:`probe_rounds`)."""
+    return {m: _median(v) for m, v in probe_rounds(passes, device, modes, sizes).items()}
+
+
+def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
+                 modes: tuple[str, ...] = DECODE_MODES, sizes: Sequence[float] | None = None
+                 ) -> dict[str, list[float]]:
+    """Seconds of a pass (one forward+backward, or a few decoder steps) in each of
+    ``modes``, one per timed round, measured alternately, the modes taking turns to go
+    first.
 
     Several passes (training: one per batch): every mode warms up on the first, and each
     timed round runs the next one, new to every mode, in all of them. Repeating one batch
@@ -129,7 +141,11 @@ def probe(passes: Pass | Sequence[Pass], device: torch.device,
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
             with applied(of_name(mode), device):
                 times[mode].append(timed(passes[i], device) * mean / sizes[i])
-    return {m: sorted(v)[len(v) // 2] for m, v in times.items()}
+    return times
+
+
+def _median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def choose(name: str, device: torch.device, passes: Pass | Sequence[Pass],
@@ -150,24 +166,34 @@ def choose(name: str, device: torch.device, passes: Pass | Sequence[Pass],
         return of_name(name, f"{key}={name}")
     modes = TRAIN_MODES if key == "train.precision" else DECODE_MODES
     with _rng_kept(device):
-        seconds = probe(passes, device, modes, sizes)
-    return _pick(seconds, what)
+        rounds = probe_rounds(passes, device, modes, sizes)
+    return _pick(rounds, what)
 
 
-def _pick(seconds: dict[str, float], what: str) -> Choice:
-    """From the probe's ``seconds`` per mode: each further change of precision is kept
-    only when it is clearly faster than the best so far."""
+def speedup(rounds: dict[str, list[float]], base: str, mode: str) -> float:
+    """How many times faster ``mode`` ran than ``base``: the median over the probe's
+    rounds of their ratio within a round (both ran the same batch, seconds apart, so a
+    machine whose speed drifts, or a batch of another size, moves both alike)."""
+    ratios = [b / t for b, t in zip(rounds[base], rounds[mode], strict=True) if t > 0]
+    return _median(ratios) if ratios else 0.0
+
+
+def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
+    """From the probe's per-round seconds per mode: each further change of precision is
+    kept only when it is clearly faster (:func:`speedup`) than the best so far."""
     margins = {"bf16_loss": MIN_LOSS_SPEEDUP, "bf16_gemm": MIN_LOSS_SPEEDUP, "bf16": MIN_SPEEDUP}
+    seconds = {m: _median(v) for m, v in rounds.items()}
     best = "fp32"
-    for mode in (m for m in TRAIN_MODES[1:] if m in seconds):
-        if seconds[mode] > 0 and seconds[best] / seconds[mode] >= margins[mode]:
+    for mode in (m for m in TRAIN_MODES[1:] if m in rounds):
+        if speedup(rounds, best, mode) >= margins[mode]:
             best = mode
     took = ", ".join(f"{seconds[m] * 1e3:.0f} ms in {m}" for m in seconds)
     if "bf16_loss" in seconds:
-        needs = (f"bf16_loss, then bf16_gemm, need x{MIN_LOSS_SPEEDUP} over the best before "
-                 f"them, bf16 x{MIN_SPEEDUP}")
+        ratios = ", ".join(f"{m} x{speedup(rounds, 'fp32', m):.2f}" for m in rounds if m != "fp32")
+        needs = (f"within rounds over fp32: {ratios}; bf16_loss, then bf16_gemm, need "
+                 f"x{MIN_LOSS_SPEEDUP} over the best before them, bf16 x{MIN_SPEEDUP}")
     else:
-        needs = f"x{seconds['fp32'] / max(seconds['bf16'], 1e-12):.2f}; bf16 needs x{MIN_SPEEDUP}"
+        needs = f"x{speedup(rounds, 'fp32', 'bf16'):.2f}; bf16 needs x{MIN_SPEEDUP}"
     return of_name(best, f"{best} (auto: {what} took {took}; {needs})")
 
 

@@ -129,9 +129,9 @@ def test_training_auto_probes_on_several_batches(tiny_train_overrides, tmp_path:
 
     def probe(passes, device, modes, sizes=None):
         seen.update(passes=len(passes), sizes=list(sizes), modes=modes)
-        return {m: 1.0 for m in modes}
+        return {m: [1.0] for m in modes}
 
-    monkeypatch.setattr(precision, "probe", probe)
+    monkeypatch.setattr(precision, "probe_rounds", probe)
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=1",
           "train.precision=auto")
@@ -293,3 +293,20 @@ def test_decoding_under_autocast_casts_each_weight_once_per_batch() -> None:
     new = per_step(lambda: search.no_grad_mode("cpu"))  # called inside the autocast
     assert old >= 4  # the step's weight matrices were cast again at every step
     assert new <= old - 8, (old, new)
+
+
+def test_auto_compares_modes_within_each_round() -> None:
+    """The machine slowed down while two of fp32's rounds ran: per-mode medians would
+    read bf16_loss x3 faster, but within rounds it is x1.01-1.03 (one outlier), under
+    its margin. A steady x1.2 within every round is kept."""
+    rounds = {"fp32": [1.0, 3.0, 3.0], "bf16_loss": [0.99, 2.9, 1.0],
+              "bf16_gemm": [0.99, 2.9, 1.0], "bf16": [1.0, 3.0, 3.0]}
+    assert precision.speedup(rounds, "fp32", "bf16_loss") == pytest.approx(3.0 / 2.9)
+    assert precision._pick(rounds, "a pass").name == "fp32"
+    drift = {"fp32": [1.2, 2.4, 3.6], "bf16_loss": [2.0, 3.0, 1.0],
+             "bf16_gemm": [2.0, 3.0, 1.0], "bf16": [2.0, 3.0, 1.0]}
+    assert precision.speedup(drift, "fp32", "bf16_loss") == pytest.approx(0.8)
+    steady = {"fp32": [1.2, 2.4, 3.6], "bf16_loss": [1.0, 2.0, 3.0],
+              "bf16_gemm": [1.0, 2.0, 3.0], "bf16": [1.0, 2.0, 3.0]}
+    choice = precision._pick(steady, "a pass")
+    assert choice.name == "bf16_loss" and "bf16_loss x1.20" in choice.reason
