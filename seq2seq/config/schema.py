@@ -58,12 +58,13 @@ class Precision(StrEnum):
 class TrainPrecision(StrEnum):
     """Training's precision: decoding's, and bf16 for the output layer and loss alone."""
 
-    auto = "auto"  # whichever of fp32, bf16_loss, bf16_gemm, bf16 a start-up probe measures faster
+    auto = "auto"  # whichever of fp32, bf16_loss, bf16 a start-up probe measures faster
     fp32 = "fp32"
     bf16 = "bf16"
     bf16_loss = "bf16_loss"  # fp32 model; the fused output layer + loss multiply in bf16
     # fp32 model; those and the other products over all positions (encoder input, keys,
-    # embeddings, readout, the step loop's weight gradients) multiply in bf16
+    # embeddings, readout, the step loop's weight gradients) multiply in bf16; never chosen
+    # by auto (docs/performance.md#the-large-products-in-bf16: parity)
     bf16_gemm = "bf16_gemm"
 
 
