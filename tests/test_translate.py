@@ -340,15 +340,15 @@ def test_precision_auto_times_the_decoder_at_the_mode_batch_size(monkeypatch, tm
 
     t = trained_word_translator()
     timed: list[float] = []
-    real_probe = precision.probe
+    real_probe = precision.probe_rounds
 
     def probe(step, device, modes, sizes=None):  # the real step runs; the times are ours
         assert modes == ("fp32", "bf16")  # decoding has no loss to put in bf16
         real_probe(step, device, modes, sizes)
         timed.append(1.0)
-        return {"fp32": 0.02, "bf16": 0.01} if fast_bf16 else {"fp32": 0.01, "bf16": 0.02}
+        return {"fp32": [0.02], "bf16": [0.01]} if fast_bf16 else {"fp32": [0.01], "bf16": [0.02]}
 
-    monkeypatch.setattr(precision, "probe", probe)
+    monkeypatch.setattr(precision, "probe_rounds", probe)
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     cfg = _cfg(run=str(tmp_path), beam=3, batch_tokens=300)
     for fast_bf16 in (True, False):

@@ -62,10 +62,7 @@ class TrainPrecision(StrEnum):
     fp32 = "fp32"
     bf16 = "bf16"
     bf16_loss = "bf16_loss"  # fp32 model; the fused output layer + loss multiply in bf16
-    # fp32 model; those and the other products over all positions (encoder input, keys,
-    # embeddings, readout, the step loop's weight gradients) multiply in bf16; never chosen
-    # by auto (docs/performance.md#the-large-products-in-bf16: parity)
-    bf16_gemm = "bf16_gemm"
+    bf16_gemm = "bf16_gemm"  # and the other large products too; auto never picks it (parity)
 
 
 class LrSchedule(StrEnum):
@@ -177,8 +174,7 @@ class TrainConfig:
     threads: int = 0  # torch intra-op threads; 0 = all cores
     # auto: what a probe of real training passes at start-up shows faster (seq2seq/precision.py);
     # fp32; bf16 autocast; bf16_loss: only the output layer + loss in bf16; bf16_gemm: those
-    # and the other large products in bf16 (bf16 choices where the device has native bf16,
-    # else fp32)
+    # and the other large products (bf16 only where the device has it native, else fp32)
     precision: TrainPrecision = TrainPrecision.fp32
     # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
     # in training the backward through the recurrences is full of them, slow on x86
