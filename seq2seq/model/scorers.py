@@ -173,7 +173,10 @@ class BilinearScorer(nn.Module):
 
     def keys(self, h: Tensor) -> Tensor:
         """(B, S, key_size) -> (B, S, query_size)."""
-        return h if self.key_proj is None else bf16_gemm.linear(h, self.key_proj.weight)
+        # fp32 under bf16_gemm too: a dot-product score multiplies the keys' bf16 rounding
+        # by |q|, and with bf16 keys Luong's 1,000-step dev loss rose 1.9% over fp32's for
+        # one seed (docs/performance.md#the-large-products-in-bf16)
+        return h if self.key_proj is None else self.key_proj(h)
 
     def forward(self, query: Tensor, keys: Tensor, keys_grad: DeferredGrad | None = None
                 ) -> Tensor:
