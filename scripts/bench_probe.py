@@ -60,7 +60,7 @@ def probe_arm(arm: str, how: str, threads: int, data: list[str], batch_tokens: i
     else:
         passes, sizes = [training_pass(run, b) for b in batches], [b.n_tgt_tokens for b in batches]
     with gemm.using(route):
-        rounds = precision.probe_rounds(passes, run.device, precision.ALL_TRAIN_MODES, sizes)
+        rounds = precision.probe_rounds(passes, run.device, precision.TRAIN_MODES, sizes)
     seconds = {m: sorted(v)[len(v) // 2] for m, v in rounds.items()}
     return {"arm": arm, "how": how, "threads": threads, "cpu": cpu_description(),
             "fp32_gemm": route.name, "bf16_native": bf16_supported(run.device), "seconds": seconds,

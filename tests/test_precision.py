@@ -65,11 +65,11 @@ def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch, fake_clock) -> No
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     calls: list[str] = []
     fast = precision.choose("auto", CPU, _step(0.02, 0.005, calls))
-    assert fast.bf16 and "20 ms in fp32, 20 ms in bf16_loss, 5 ms in bf16" in fast.reason
+    assert fast.bf16 and "20 ms in fp32, 20 ms in bf16_loss, 20 ms in bf16_gemm, 5 ms in bf16" \
+        in fast.reason
     for mode in precision.TRAIN_MODES:  # one warm-up and the timed rounds each, alternating
         assert calls.count(mode) == precision.PROBE_ROUNDS + 1
-    assert calls[:3] == list(precision.TRAIN_MODES)
-    assert "bf16_gemm" not in calls  # only when asked for (its parity, docs)
+    assert calls[:4] == list(precision.TRAIN_MODES)
     slow = precision.choose("auto", CPU, _step(0.01, 0.02, []))
     assert slow.name == "fp32" and slow.reason.startswith("fp32 (auto")
     assert precision.choose("bf16", CPU, _step(0.01, 0.02, [])).bf16  # asked for: kept
@@ -86,8 +86,7 @@ def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch, fake_clock) -> No
 ])
 def test_auto_keeps_each_further_change_only_when_it_pays(fp32_s, loss_s, gemm_s, bf16_s,
                                                           chosen) -> None:
-    """The rule, given all four modes' times (auto itself times three; the benchmark's
-    probe all four)."""
+    """The rule, given the four modes' times."""
     seconds = {"fp32": fp32_s, "bf16_loss": loss_s, "bf16_gemm": gemm_s, "bf16": bf16_s}
     choice = precision._pick({m: [s, s, s] for m, s in seconds.items()}, "a training pass")
     assert choice.name == chosen and choice.reason.startswith(f"{chosen} (auto")
@@ -112,8 +111,8 @@ def test_each_timed_round_runs_a_new_pass_in_every_mode(monkeypatch) -> None:
 
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     monkeypatch.setattr(precision, "timed", lambda step, device: (step(), step.seconds)[1])
-    got = precision.probe([make(i) for i in range(4)], CPU, precision.ALL_TRAIN_MODES, sizes)
-    modes = precision.ALL_TRAIN_MODES
+    got = precision.probe([make(i) for i in range(4)], CPU, precision.TRAIN_MODES, sizes)
+    modes = precision.TRAIN_MODES
     n = len(modes)
     assert calls[:n] == [(0, m) for m in modes]
     rounds = [calls[n + n * r: 2 * n + n * r] for r in range(precision.PROBE_ROUNDS)]
@@ -155,11 +154,11 @@ def test_decoding_auto_never_times_bf16_loss(monkeypatch, fake_clock) -> None:
 def test_applied_sets_and_restores_the_mode(monkeypatch) -> None:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     seen = {}
-    for name in precision.ALL_TRAIN_MODES:
+    for name in precision.TRAIN_MODES:
         with precision.applied(precision.of_name(name), CPU):
             seen[name] = _mode()
         assert _mode() == "fp32"
-    assert seen == {m: m for m in precision.ALL_TRAIN_MODES}
+    assert seen == {m: m for m in precision.TRAIN_MODES}
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: False)
     with precision.applied(precision.of_name("bf16_loss"), CPU):
         assert _mode() == "fp32"  # emulated bf16 is never used

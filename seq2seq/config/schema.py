@@ -58,11 +58,11 @@ class Precision(StrEnum):
 class TrainPrecision(StrEnum):
     """Training's precision: decoding's, and bf16 for the output layer and loss alone."""
 
-    auto = "auto"  # whichever of fp32, bf16_loss, bf16 a start-up probe measures faster
+    auto = "auto"  # whichever of fp32, bf16_loss, bf16_gemm, bf16 a start-up probe finds faster
     fp32 = "fp32"
     bf16 = "bf16"
     bf16_loss = "bf16_loss"  # fp32 model; the fused output layer + loss multiply in bf16
-    bf16_gemm = "bf16_gemm"  # and the other large products too; auto never picks it (parity)
+    bf16_gemm = "bf16_gemm"  # and the other large products too (not the dot-product keys)
 
 
 class LrSchedule(StrEnum):

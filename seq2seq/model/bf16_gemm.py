@@ -4,8 +4,8 @@
 attention and the softmax/loss in fp32 and runs in bf16 the products that have thousands
 of rows: the fused output layer and loss (:func:`seq2seq.model.loss.bf16_products`) and,
 here, the products over every position of a batch at once: the encoder's input
-projection, the decoder's embedding product, the attention keys' projection, the
-readout, and the weight gradients the decoder's step loop forms once after it
+projection, the decoder's embedding product, Bahdanau's keys' projection (dot-product keys
+stay fp32, seq2seq/model/scorers.py), the readout, and the weight gradients the decoder's step loop forms once after it
 (seq2seq/model/deferred.py). On a CPU with AMX these run 2-3x faster in bf16 than in fp32
 even with the casts (docs/performance.md#the-large-products-in-bf16).
 
