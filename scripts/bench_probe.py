@@ -61,7 +61,7 @@ def probe_arm(arm: str, how: str, threads: int, data: list[str], batch_tokens: i
         passes, sizes = [training_pass(run, b) for b in batches], [b.n_tgt_tokens for b in batches]
     with gemm.using(route):
         rounds = precision.probe_rounds(passes, run.device, precision.TRAIN_MODES, sizes)
-    seconds = {m: sorted(v)[len(v) // 2] for m, v in rounds.items()}
+    seconds = precision.medians(rounds)
     return {"arm": arm, "how": how, "threads": threads, "cpu": cpu_description(),
             "fp32_gemm": route.name, "bf16_native": bf16_supported(run.device), "seconds": seconds,
             "rounds": rounds,

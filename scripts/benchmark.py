@@ -310,10 +310,8 @@ def precision_label(row: dict[str, Any]) -> str:
     seq2seq.model.gemm_grid)."""
     if row["bf16"]:
         return "bf16+grid" if row.get("bf16_gemm") == "grid" else "bf16"
-    if row.get("gemm_bf16"):
-        return "bf16gemm"
-    if row.get("loss_bf16"):
-        return "bf16loss"
+    if row.get("loss_bf16"):  # bf16_loss or bf16_gemm
+        return bench_ours.precision_of(row).replace("_", "")
     return {"onednn": "fp32+dnn", "grid": "fp32+grid"}.get(row.get("fp32_gemm", ""), "fp32")
 
 

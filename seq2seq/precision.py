@@ -111,7 +111,12 @@ def probe(passes: Pass | Sequence[Pass], device: torch.device,
           modes: tuple[str, ...] = DECODE_MODES, sizes: Sequence[float] | None = None
           ) -> dict[str, float]:
     """Median seconds of a pass in each of ``modes`` (:func:`probe_rounds`)."""
-    return {m: _median(v) for m, v in probe_rounds(passes, device, modes, sizes).items()}
+    return medians(probe_rounds(passes, device, modes, sizes))
+
+
+def medians(rounds: dict[str, list[float]]) -> dict[str, float]:
+    """Each mode's median over :func:`probe_rounds`' rounds."""
+    return {m: _median(v) for m, v in rounds.items()}
 
 
 def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
@@ -182,7 +187,7 @@ def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
     """From the probe's per-round seconds per mode: each further change of precision is
     kept only when it is clearly faster (:func:`speedup`) than the best so far."""
     margins = {"bf16_loss": MIN_LOSS_SPEEDUP, "bf16_gemm": MIN_LOSS_SPEEDUP, "bf16": MIN_SPEEDUP}
-    seconds = {m: _median(v) for m, v in rounds.items()}
+    seconds = medians(rounds)
     best = "fp32"
     for mode in (m for m in TRAIN_MODES[1:] if m in rounds):
         if speedup(rounds, best, mode) >= margins[mode]:

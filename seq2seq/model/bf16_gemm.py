@@ -4,13 +4,14 @@
 attention and the softmax/loss in fp32 and runs in bf16 the products that have thousands
 of rows: the fused output layer and loss (:func:`seq2seq.model.loss.bf16_products`) and,
 here, the products over every position of a batch at once: the encoder's input
-projection, the decoder's embedding product, Bahdanau's keys' projection (dot-product keys
-stay fp32, seq2seq/model/scorers.py), the readout, and the weight gradients the decoder's step loop forms once after it
-(seq2seq/model/deferred.py). On a CPU with AMX these run 2-3x faster in bf16 than in fp32
+projection, the decoder's embedding product, Bahdanau's keys' projection (dot-product
+keys stay fp32, seq2seq/model/scorers.py), the readout, and the weight gradients the
+decoder's step loop forms once after it (seq2seq/model/deferred.py). On a CPU with AMX these run 2-3x faster in bf16 than in fp32
 even with the casts (docs/performance.md#the-large-products-in-bf16).
 
 bf16 inputs, fp32 accumulation (oneDNN's), results rounded to bf16 and returned in fp32,
-as under autocast; biases are added and summed in fp32. The per-step products of the loop
+as under autocast; a bias joins the bf16 product (as under autocast) and its gradient is
+summed in fp32. The per-step products of the loop
 (tens of rows) stay fp32: in bf16 they gain little and meet a new shape at almost every
 step.
 
