@@ -319,6 +319,33 @@ def test_the_build_is_cached_per_cpu_and_source(tmp_path):
     assert lib.stat().st_mtime_ns == stamp  # loaded, not built again
 
 
+def test_the_build_flags_follow_torchs_kernel_level():
+    assert "-mprefer-vector-width=512" in native.flags("AVX512")
+    assert "-mno-avx512f" not in native.flags("AVX512")
+    assert {"-mno-avx512f", "-mprefer-vector-width=256"} <= set(native.flags("AVX2"))
+    assert {"-mno-avx512f", "-mno-avx2"} <= set(native.flags("DEFAULT"))
+
+
+@needs_kernels
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512",
+                    reason="needs a CPU on which torch runs AVX-512 kernels")
+def test_an_avx2_capped_process_builds_kernels_without_avx512(tmp_path):
+    """ATEN_CPU_CAPABILITY=avx2 stands in for an AVX2-only CPU: our kernels must be capped
+    too (a library of their own, no 512-bit registers), and still agree with torch."""
+    import shutil
+
+    capped = _python(DECODE, {"SEQ2SEQ_CACHE": str(tmp_path), "ATEN_CPU_CAPABILITY": "avx2"})
+    assert capped.returncode == 0 and capped.stdout.startswith("True 2 |"), capped.stderr
+    full = _python(DECODE, {"SEQ2SEQ_CACHE": str(tmp_path)})
+    assert full.returncode == 0 and full.stdout.startswith("True 2 |"), full.stderr
+    libs = sorted((tmp_path / "native").glob("kernels-*.so"), key=lambda p: p.stat().st_mtime_ns)
+    assert len(libs) == 2  # built first under the cap, then for the full kernel level
+    if shutil.which("objdump"):
+        code = [subprocess.run(["objdump", "-d", str(lib)], capture_output=True, text=True,
+                               timeout=60).stdout for lib in libs]
+        assert "zmm" not in code[0] and "zmm" in code[1]
+
+
 @needs_kernels
 def test_a_training_run_logs_the_kernels_choices_once(tiny_train_overrides, tmp_path):
     """Which path ran is a timing's choice, so train.log records it (after the first

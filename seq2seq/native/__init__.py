@@ -45,10 +45,23 @@ __all__ = ["additive_scores", "additive_scores_backward", "available", "choose",
 SOURCE = Path(__file__).with_name("kernels.c")
 # no -ffast-math: linked into a shared library it would set flush-to-zero for the whole
 # process; these flags allow the vectorized reductions without that side effect
-FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fno-math-errno",
-         "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros", "-freciprocal-math",
-         "-fPIC", "-shared", "-nostdlib")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
+         "-fassociative-math", "-fno-signed-zeros", "-freciprocal-math", "-fPIC", "-shared",
+         "-nostdlib")
 TRIALS = 5  # timed calls of each path in a choice, alternating, after one untimed call
+# the vector width follows torch's kernel level, so ATEN_CPU_CAPABILITY=avx2 (an AVX2-only
+# CPU emulated on an AVX-512 one, docs/performance.md) caps these kernels as it caps torch's
+WIDTH_FLAGS = {"AVX512": ("-mprefer-vector-width=512",),
+               "AVX2": ("-mno-avx512f", "-mprefer-vector-width=256")}
+
+
+def flags(capability: str | None = None) -> tuple[str, ...]:
+    """The compiler flags for torch's CPU kernel level ``capability`` (default: this
+    process's, ``torch.backends.cpu.get_cpu_capability()``): AVX-512 code only where torch
+    runs AVX-512 itself, AVX2 code only where torch runs AVX2 or better."""
+    level = capability or torch.backends.cpu.get_cpu_capability()
+    return FLAGS + WIDTH_FLAGS.get(level, ("-mno-avx512f", "-mno-avx2"))
+
 
 _lock = threading.Lock()
 _trial_lock = threading.RLock()  # one timing at a time: decoding workers may ask together
@@ -88,7 +101,8 @@ def _build(cc: str) -> tuple[Path, bool]:
     and whether it lies in a temporary folder (the cache could not be written)."""
     version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                              timeout=30).stdout.split("\n")[0]
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), cc, version,
+    build_flags = flags()
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(build_flags), cc, version,
                                     _cpu_key()]).encode()).hexdigest()[:16]
     folder, temporary = _cache_dir(), False
     try:
@@ -99,7 +113,7 @@ def _build(cc: str) -> tuple[Path, bool]:
     if target.exists():
         return target, temporary
     tmp = folder / f".kernels-{key}-{os.getpid()}-{threading.get_ident()}.so"
-    done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True,
+    done = subprocess.run([cc, *build_flags, str(SOURCE), "-o", str(tmp)], capture_output=True,
                           text=True, timeout=120)
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
