@@ -6,7 +6,7 @@ docs/performance.md#native-decoding-kernels): the additive attention scores and 
 vocabulary side (log-softmax and top-k). ``kernels.c`` does each in one pass; the
 scores also with their gradients, for fp32 training.
 
-- **Build.** The C compiler (``$CC``, else Python's, else ``cc``) builds ``kernels.c``
+- **Build** (:mod:`seq2seq.native.build`). The C compiler (``$CC``, else Python's, else ``cc``) builds ``kernels.c``
   with ``-march=native`` into ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or
   ``$XDG_CACHE_HOME`` move it), keyed by the source, the flags, the compiler and the
   CPU (about half a second on machine E). It needs no headers or libc at link time.
@@ -15,21 +15,21 @@ scores also with their gradients, for fp32 training.
 - **Fallback.** No compiler, a failed build or ``SEQ2SEQ_NATIVE=0``: the torch path
   runs, with one line on stderr for a failed build. Results agree within fp32 rounding
   (tests/test_native.py); outputs may differ where two hypotheses nearly tie.
-- Kernels run on one thread and release the GIL (ctypes), so decoding workers
-  (seq2seq/inference/workers.py) run them side by side.
+- **Threads.** The scores' and the loss's kernels split their rows into blocks over
+  torch's own OpenMP threads (``kernels.c``, "Blocks of rows over torch's threads"), as
+  many as ``torch.get_num_threads()``; a block has at least :data:`MIN_BLOCK` elements.
+  The kernels release the GIL (ctypes), so decoding workers
+  (seq2seq/inference/workers.py), each on one torch thread, run them side by side.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import sysconfig
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,30 +38,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from seq2seq.native import build
+from seq2seq.native.build import FLAGS, SOURCE, flags  # noqa: F401  (re-exported)
+
 __all__ = ["additive_scores", "additive_scores_backward", "available", "choose",
            "cross_entropy_rows", "disabled", "gru_gates", "gru_gates_backward", "status",
            "vocab_topk"]
 
-SOURCE = Path(__file__).with_name("kernels.c")
-# no -ffast-math: linked into a shared library it would set flush-to-zero for the whole
-# process; these flags allow the vectorized reductions without that side effect
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
-         "-fassociative-math", "-fno-signed-zeros", "-freciprocal-math", "-fPIC", "-shared",
-         "-nostdlib")
+MIN_BLOCK = 65536  # elements a thread's block of rows covers at least: fewer cost more to hand out
 TRIALS = 5  # timed calls of each path in a choice, alternating, after one untimed call
-# the vector width follows torch's kernel level, so ATEN_CPU_CAPABILITY=avx2 (an AVX2-only
-# CPU emulated on an AVX-512 one, docs/performance.md) caps these kernels as it caps torch's
-WIDTH_FLAGS = {"AVX512": ("-mprefer-vector-width=512",),
-               "AVX2": ("-mno-avx512f", "-mprefer-vector-width=256")}
-
-
-def flags(capability: str | None = None) -> tuple[str, ...]:
-    """The compiler flags for torch's CPU kernel level ``capability`` (default: this
-    process's, ``torch.backends.cpu.get_cpu_capability()``): AVX-512 code only where torch
-    runs AVX-512 itself, AVX2 code only where torch runs AVX2 or better."""
-    level = capability or torch.backends.cpu.get_cpu_capability()
-    return FLAGS + WIDTH_FLAGS.get(level, ("-mno-avx512f", "-mno-avx2"))
-
 
 _lock = threading.Lock()
 _trial_lock = threading.RLock()  # one timing at a time: decoding workers may ask together
@@ -72,56 +57,6 @@ _off = threading.Event()  # set inside disabled()
 _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 
-def _compiler() -> str | None:
-    configured = os.environ.get("CC") or (sysconfig.get_config_var("CC") or "")
-    for name in (configured.split()[:1] or []) + ["cc", "gcc"]:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("SEQ2SEQ_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "seq2seq")
-    return Path(root) / "native"
-
-
-def _cpu_key() -> str:
-    """The CPU's model and flags (``-march=native`` builds for exactly these)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return "|".join(sorted({ln for ln in lines if ln.startswith(("model name", "flags"))}))
-    except OSError:
-        return platform.machine() + platform.processor()
-
-
-def _build(cc: str) -> tuple[Path, bool]:
-    """The compiled library for this source, flags, compiler and CPU (built if missing),
-    and whether it lies in a temporary folder (the cache could not be written)."""
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True,
-                             timeout=30).stdout.split("\n")[0]
-    build_flags = flags()
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(build_flags), cc, version,
-                                    _cpu_key()]).encode()).hexdigest()[:16]
-    folder, temporary = _cache_dir(), False
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only home: build for this process only
-        folder, temporary = Path(tempfile.mkdtemp(prefix="seq2seq-native-")), True
-    target = folder / f"kernels-{key}.so"
-    if target.exists():
-        return target, temporary
-    tmp = folder / f".kernels-{key}-{os.getpid()}-{threading.get_ident()}.so"
-    done = subprocess.run([cc, *build_flags, str(SOURCE), "-o", str(tmp)], capture_output=True,
-                          text=True, timeout=120)
-    if done.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError((done.stderr.strip().splitlines() or ["no message"])[-1])
-    os.replace(tmp, target)  # atomic: a concurrent build of the same key wins or loses whole
-    return target, temporary
-
-
 def _load() -> ctypes.CDLL | None:
     if "lib" in _state:  # every kernel call asks: no lock once loaded
         return _state["lib"]  # type: ignore[return-value]
@@ -129,7 +64,7 @@ def _load() -> ctypes.CDLL | None:
         if "lib" in _state:
             return _state["lib"]  # type: ignore[return-value]
         lib, why = None, ""
-        cc = _compiler()
+        cc = build.compiler()
         if os.environ.get("SEQ2SEQ_NATIVE", "1") == "0":
             why = "off (SEQ2SEQ_NATIVE=0)"
         elif platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
@@ -138,18 +73,19 @@ def _load() -> ctypes.CDLL | None:
             why = "off (no C compiler: install gcc, or set CC, for faster decoding)"
         else:
             try:
-                path, temporary = _build(cc)
+                path, temporary = build.build(cc)
                 lib = ctypes.CDLL(str(path))
                 if temporary:  # loaded (mapped) now: the file is no longer needed
                     shutil.rmtree(path.parent, ignore_errors=True)
                 lib.additive_scores.argtypes = [_P, _P, _P, _F, _I64, _I64, _I64, _I64,
-                                                ctypes.c_int, _P]
+                                                ctypes.c_int, _P, ctypes.c_int]
                 lib.additive_scores.restype = None
                 lib.additive_scores_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _I64,
-                                                         _I64, _P, _P, _P, ctypes.c_int]
+                                                         _I64, _P, _P, _P, ctypes.c_int,
+                                                         ctypes.c_int]
                 lib.additive_scores_backward.restype = None
                 lib.cross_entropy_rows.argtypes = [_P, ctypes.c_int, _I64, _I64, _P, _F, _P, _P,
-                                                   ctypes.c_int, _P, _P]
+                                                   ctypes.c_int, _P, _P, ctypes.c_int]
                 lib.cross_entropy_rows.restype = None
                 lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P]
                 lib.vocab_topk.restype = None
@@ -243,6 +179,12 @@ def _ptr(t: Tensor) -> int:
     return t.data_ptr()
 
 
+def blocks(rows: int, per_row: int) -> int:
+    """Into how many blocks a kernel splits ``rows`` rows of ``per_row`` elements each: one
+    per torch thread, each of at least :data:`MIN_BLOCK` elements, at least one."""
+    return max(1, min(torch.get_num_threads(), rows * per_row // MIN_BLOCK))
+
+
 def additive_scores(q2: Tensor, keys: Tensor, v: Tensor) -> Tensor | None:
     """Additive attention scores 2 vᵀσ(q2 + 2 keys) - Σv in one pass, or None where the
     kernel does not apply (library missing, a GPU tensor, mixed or other dtypes).
@@ -263,7 +205,7 @@ def additive_scores(q2: Tensor, keys: Tensor, v: Tensor) -> Tensor | None:
         return None
     out = torch.empty(b, g, s, dtype=torch.float32)
     lib.additive_scores(_ptr(q), _ptr(keys), _ptr(w), float(w.sum()), b, g, s, a,
-                        int(q.dtype == torch.bfloat16), _ptr(out))
+                        int(q.dtype == torch.bfloat16), _ptr(out), blocks(b, g * s * a))
     return out.squeeze(1) if one else out
 
 
@@ -282,13 +224,15 @@ def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor,
     keys = keys.contiguous()
     w = v.detach().reshape(-1).float().contiguous()
     (b, groups, a), s = q.shape, keys.size(1)
-    grad_q, grad_v = torch.empty_like(q), torch.empty_like(w)
+    grad_q = torch.empty_like(q)
     grad_k = _into(add_keys_to, keys) if add_keys_to is not None else torch.empty_like(keys)
+    parts = blocks(b, groups * s * a)
+    grad_v = w.new_empty(parts, a)  # v's gradient sums over rows: one sum a block
     lib.additive_scores_backward(_ptr(q), _ptr(keys), _ptr(w), _ptr(g), b, groups, s, a,
                                  _ptr(grad_q), _ptr(grad_k), _ptr(grad_v),
-                                 int(add_keys_to is not None))
+                                 int(add_keys_to is not None), parts)
     return ((grad_q.squeeze(1) if one else grad_q), None if add_keys_to is not None else grad_k,
-            grad_v.view_as(v))
+            grad_v.sum(0).view_as(v))
 
 
 def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
@@ -319,11 +263,16 @@ def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
                                  or not grad_out.is_contiguous()):
         raise ValueError(f"grad_out must be contiguous {grad_dtype} {(n, width)}, got "
                          f"{grad_out.dtype} {tuple(grad_out.shape)}")
-    work = torch.empty(width, dtype=torch.float32)
+    parts = blocks(n, width)
+    work = torch.empty(parts, width, dtype=torch.float32)
+    # the bias's gradient sums over rows: one sum a block, added after
+    sums = None if grad is None or grad_bias is None else torch.zeros(parts, width)
     lib.cross_entropy_rows(_ptr(x), int(x.dtype == torch.bfloat16), n, width, _ptr(y),
                            float(smoothing), _ptr(rows), 0 if grad is None else _ptr(grad),
-                           int(grad_dtype == torch.bfloat16),
-                           0 if grad is None or grad_bias is None else _ptr(grad_bias), _ptr(work))
+                           int(grad_dtype == torch.bfloat16), 0 if sums is None else _ptr(sums),
+                           _ptr(work), parts)
+    if sums is not None:
+        grad_bias += sums[0] if parts == 1 else sums.sum(0)  # type: ignore[operator]
     return rows.sum(), grad
 
 

@@ -102,8 +102,8 @@ static void score_key(const float *q2, const float *k2, const float *v, float vs
  * AdditiveScorer): out[b, g, j] = 2 sum_a v[a] sigmoid(q2[b, g, a] + 2 keys[b, j, a]) - vsum.
  * q2 (B, G, A) is 2 W q; keys (B, S, A); v (A,) fp32; out (B, G, S) fp32.
  * bf16: q2 and keys are bf16 (is_bf16 = 1), else fp32. */
-void additive_scores(const void *q2, const void *keys, const float *v, float vsum, i64 B, i64 G,
-                     i64 S, i64 A, int is_bf16, float *out) {
+static void additive_scores_rows(const void *q2, const void *keys, const float *v, float vsum,
+                                 i64 B, i64 G, i64 S, i64 A, int is_bf16, float *out) {
     float qf[G * A];
     float kf[A];
     for (i64 b = 0; b < B; b++) {
@@ -134,9 +134,10 @@ void additive_scores(const void *q2, const void *keys, const float *v, float vsu
  * s = sigmoid(z), d score / d q2 = 2 v s (1 - s), d score / d k = 4 v s (1 - s) and
  * d score / d v = 2 s - 1. Given grad (B, G, S): grad_q2 (B, G, A), grad_keys (B, S, A)
  * and grad_v (A,) are written (not added to); sigmoid is recomputed, nothing was saved. */
-void additive_scores_backward(const float *q2, const float *keys, const float *v,
-                              const float *grad, i64 B, i64 G, i64 S, i64 A, float *grad_q2,
-                              float *grad_keys, float *grad_v, int add_keys) {
+static void additive_scores_backward_rows(const float *q2, const float *keys, const float *v,
+                                          const float *grad, i64 B, i64 G, i64 S, i64 A,
+                                          float *grad_q2, float *grad_keys, float *grad_v,
+                                          int add_keys) {
     float k2[A];
     for (i64 a = 0; a < A; a++)
         grad_v[a] = 0.0f;
@@ -259,9 +260,9 @@ static inline u16 f32_to_bf16(float f) { /* round to nearest even, as torch's .t
  * softmax(z) - (1-eps) onehot(y) - eps/V written to grad (N, V) in fp32 or bf16
  * (grad_bf16) and added to grad_b (V,) unless that is NULL. One read of the logits,
  * one write of the gradient; work is a caller-provided (V,) fp32 buffer. */
-void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64 *target,
-                        float eps, float *loss_rows, void *grad, int grad_bf16, float *grad_b,
-                        float *work) {
+static void cross_entropy_block(const void *logits, int in_bf16, i64 N, i64 V,
+                                const i64 *target, float eps, float *loss_rows, void *grad,
+                                int grad_bf16, float *grad_b, float *work) {
     for (i64 r = 0; r < N; r++) {
         const float *x = widen_row(logits, r, V, in_bf16, work);
         float mx = row_max(x, V), total = 0.0f;
@@ -353,4 +354,126 @@ void gru_gates_backward(const float *restrict grad, const float *restrict keep,
             dx[j] = g[j] * z;
         }
     }
+}
+
+/* Blocks of rows over torch's threads.
+ *
+ * A kernel's rows are independent (a sentence's scores, a logit row's softmax), so the
+ * exported entry points below split them into `blocks` contiguous blocks, one per thread
+ * of the OpenMP team torch itself runs its ops on: GOMP_parallel, resolved at load time
+ * against the libgomp that torch has already loaded (seq2seq/native/__init__.py imports
+ * torch first; declared weak so a process without it still loads these kernels, and then
+ * runs the blocks one after another). Python's threads would need the GIL to start each
+ * block, and a pool of their own competes with torch's spinning threads for the cores.
+ * Sums over rows (the gradient of v, of the bias) are formed per block; the caller adds
+ * them, so results do not depend on scheduling. */
+extern void GOMP_parallel(void (*fn)(void *), void *data, unsigned threads, unsigned flags)
+    __attribute__((weak));
+extern int omp_get_thread_num(void) __attribute__((weak));
+extern int omp_get_num_threads(void) __attribute__((weak));
+
+typedef void (*block_fn)(const void *args, i64 lo, i64 hi, int block);
+struct team {
+    block_fn fn;
+    const void *args;
+    i64 rows;
+    int blocks;
+};
+
+static void team_member(void *data) {
+    const struct team *t = data;
+    /* a team smaller than asked for (OMP_THREAD_LIMIT) still runs every block */
+    for (int b = omp_get_thread_num(); b < t->blocks; b += omp_get_num_threads())
+        t->fn(t->args, t->rows * b / t->blocks, t->rows * (b + 1) / t->blocks, b);
+}
+
+static void run_blocks(block_fn fn, const void *args, i64 rows, int blocks) {
+    blocks = blocks < 1 ? 1 : blocks;
+    if (blocks > 1 && GOMP_parallel && omp_get_thread_num && omp_get_num_threads) {
+        struct team t = {fn, args, rows, blocks};
+        GOMP_parallel(team_member, &t, (unsigned)blocks, 0);
+        return;
+    }
+    for (int b = 0; b < blocks; b++)
+        fn(args, rows * b / blocks, rows * (b + 1) / blocks, b);
+}
+
+struct scores_args {
+    const char *q2, *keys;
+    const float *v;
+    float vsum;
+    i64 G, S, A, size;
+    int is_bf16;
+    float *out;
+};
+
+static void scores_block(const void *p, i64 lo, i64 hi, int b) {
+    const struct scores_args *a = p;
+    (void)b;
+    additive_scores_rows(a->q2 + lo * a->G * a->A * a->size, a->keys + lo * a->S * a->A * a->size,
+                         a->v, a->vsum, hi - lo, a->G, a->S, a->A, a->is_bf16,
+                         a->out + lo * a->G * a->S);
+}
+
+/* additive_scores_rows (above), its B rows in `blocks` blocks. */
+void additive_scores(const void *q2, const void *keys, const float *v, float vsum, i64 B, i64 G,
+                     i64 S, i64 A, int is_bf16, float *out, int blocks) {
+    struct scores_args a = {q2, keys, v, vsum, G, S, A, is_bf16 ? 2 : 4, is_bf16, out};
+    run_blocks(scores_block, &a, B, blocks);
+}
+
+struct scores_grad_args {
+    const float *q2, *keys, *v, *grad;
+    i64 G, S, A;
+    float *grad_q2, *grad_keys, *grad_v;
+    int add_keys;
+};
+
+static void scores_grad_block(const void *p, i64 lo, i64 hi, int b) {
+    const struct scores_grad_args *a = p;
+    additive_scores_backward_rows(a->q2 + lo * a->G * a->A, a->keys + lo * a->S * a->A, a->v,
+                                  a->grad + lo * a->G * a->S, hi - lo, a->G, a->S, a->A,
+                                  a->grad_q2 + lo * a->G * a->A, a->grad_keys + lo * a->S * a->A,
+                                  a->grad_v + b * a->A, a->add_keys);
+}
+
+/* The gradients of additive_scores, as additive_scores_backward_rows, with rows in
+ * `blocks` blocks; grad_v is (blocks, A), block b's sum in row b. */
+void additive_scores_backward(const float *q2, const float *keys, const float *v,
+                              const float *grad, i64 B, i64 G, i64 S, i64 A, float *grad_q2,
+                              float *grad_keys, float *grad_v, int add_keys, int blocks) {
+    struct scores_grad_args a = {q2, keys, v, grad, G, S, A, grad_q2, grad_keys, grad_v,
+                                 add_keys};
+    run_blocks(scores_grad_block, &a, B, blocks);
+}
+
+struct loss_args {
+    const char *logits;
+    int in_bf16;
+    i64 V;
+    const i64 *target;
+    float eps;
+    float *loss_rows;
+    char *grad;
+    int grad_bf16;
+    float *grad_b, *work;
+};
+
+static void loss_block(const void *p, i64 lo, i64 hi, int b) {
+    const struct loss_args *a = p;
+    i64 in_size = a->in_bf16 ? 2 : 4, grad_size = a->grad_bf16 ? 2 : 4;
+    cross_entropy_block(a->logits + lo * a->V * in_size, a->in_bf16, hi - lo, a->V,
+                        a->target + lo, a->eps, a->loss_rows + lo,
+                        a->grad ? a->grad + lo * a->V * grad_size : 0, a->grad_bf16,
+                        a->grad_b ? a->grad_b + b * a->V : 0, a->work + b * a->V);
+}
+
+/* The fused loss's softmax part, as cross_entropy_block, with rows in `blocks` blocks;
+ * grad_b (blocks, V): block b adds its rows' gradient sums into row b; work (blocks, V). */
+void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64 *target,
+                        float eps, float *loss_rows, void *grad, int grad_bf16, float *grad_b,
+                        float *work, int blocks) {
+    struct loss_args a = {logits, in_bf16, V, target, eps, loss_rows, grad, grad_bf16, grad_b,
+                          work};
+    run_blocks(loss_block, &a, N, blocks);
 }
