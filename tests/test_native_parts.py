@@ -96,3 +96,14 @@ def test_split_loss_rows_equal_one_threads(threads, grad_dtype):
     assert torch.equal(one[1], two[1])
     torch.testing.assert_close(two[2], one[2], rtol=1e-5, atol=1e-5)
     assert not torch.equal(two[2], torch.ones(8000))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_top_k_equals_one_threads(threads, dtype):
+    gen = torch.Generator().manual_seed(3)
+    logits = (4 * torch.randn(40, 8000, generator=gen)).to(dtype)
+    threads(2)
+    assert native.blocks(40, 8000) == 2
+    one, two = _both(lambda: native.vocab_topk(logits, 5, skip=(0, 2)), threads)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])

@@ -15,7 +15,7 @@ scores also with their gradients, for fp32 training.
 - **Fallback.** No compiler, a failed build or ``SEQ2SEQ_NATIVE=0``: the torch path
   runs, with one line on stderr for a failed build. Results agree within fp32 rounding
   (tests/test_native.py); outputs may differ where two hypotheses nearly tie.
-- **Threads.** The scores' and the loss's kernels split their rows into blocks over
+- **Threads.** The scores', the loss's and the top-k kernels split their rows into blocks over
   torch's own OpenMP threads (``kernels.c``, "Blocks of rows over torch's threads"), as
   many as ``torch.get_num_threads()``; a block has at least :data:`MIN_BLOCK` elements.
   The kernels release the GIL (ctypes), so decoding workers
@@ -87,7 +87,8 @@ def _load() -> ctypes.CDLL | None:
                 lib.cross_entropy_rows.argtypes = [_P, ctypes.c_int, _I64, _I64, _P, _F, _P, _P,
                                                    ctypes.c_int, _P, _P, ctypes.c_int]
                 lib.cross_entropy_rows.restype = None
-                lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P]
+                lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P,
+                                           ctypes.c_int]
                 lib.vocab_topk.restype = None
                 lib.gru_gates.argtypes = [_P, _P, _P, _I64, _I64, _P, _P]
                 lib.gru_gates.restype = None
@@ -292,7 +293,7 @@ def vocab_topk(logits: Tensor, k: int, skip: Sequence[int] = ()) -> tuple[Tensor
     vals = torch.empty(n, k, dtype=torch.float32)
     idx = torch.empty(n, k, dtype=torch.int64)
     lib.vocab_topk(_ptr(x), n, width, k, _ptr(skip_ids), len(skip),
-                   int(x.dtype == torch.bfloat16), _ptr(vals), _ptr(idx))
+                   int(x.dtype == torch.bfloat16), _ptr(vals), _ptr(idx), blocks(n, width))
     return vals, idx
 
 

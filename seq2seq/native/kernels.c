@@ -236,8 +236,8 @@ static void topk_row(const float *x, i64 V, i64 k, const i64 *skip, i64 n_skip, 
 /* logits (N, V), fp32 or bf16 (is_bf16) -> per row the k largest log-probabilities
  * vals (N, k) fp32, best first, and their indices idx (N, k); the n_skip token ids in
  * skip (PAD, BOS) count in the softmax but are never chosen. Needs k <= V - n_skip. */
-void vocab_topk(const void *logits, i64 N, i64 V, i64 k, const i64 *skip, i64 n_skip,
-                int is_bf16, float *vals, i64 *idx) {
+static void vocab_topk_rows(const void *logits, i64 N, i64 V, i64 k, const i64 *skip,
+                            i64 n_skip, int is_bf16, float *vals, i64 *idx) {
     float row[is_bf16 ? V : 1];
     float block_max[V / BLOCK + 1];
     char seen[V / BLOCK + 1];
@@ -476,4 +476,28 @@ void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64
     struct loss_args a = {logits, in_bf16, V, target, eps, loss_rows, grad, grad_bf16, grad_b,
                           work};
     run_blocks(loss_block, &a, N, blocks);
+}
+
+struct topk_args {
+    const char *logits;
+    i64 V, k;
+    const i64 *skip;
+    i64 n_skip;
+    int is_bf16;
+    float *vals;
+    i64 *idx;
+};
+
+static void topk_block(const void *p, i64 lo, i64 hi, int b) {
+    const struct topk_args *a = p;
+    (void)b;
+    vocab_topk_rows(a->logits + lo * a->V * (a->is_bf16 ? 2 : 4), hi - lo, a->V, a->k, a->skip,
+                    a->n_skip, a->is_bf16, a->vals + lo * a->k, a->idx + lo * a->k);
+}
+
+/* vocab_topk_rows (above), its N rows in `blocks` blocks. */
+void vocab_topk(const void *logits, i64 N, i64 V, i64 k, const i64 *skip, i64 n_skip,
+                int is_bf16, float *vals, i64 *idx, int blocks) {
+    struct topk_args a = {logits, V, k, skip, n_skip, is_bf16, vals, idx};
+    run_blocks(topk_block, &a, N, blocks);
 }
