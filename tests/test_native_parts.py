@@ -107,3 +107,21 @@ def test_split_top_k_equals_one_threads(threads, dtype):
     assert native.blocks(40, 8000) == 2
     one, two = _both(lambda: native.vocab_topk(logits, 5, skip=(0, 2)), threads)
     assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
+
+
+@needs_kernels
+def test_split_gru_gates_equal_one_threads(threads):
+    gen = torch.Generator().manual_seed(4)
+    rows, width = 192, 256  # two blocks of 96 rows x 3 x 256
+    gi, gh = torch.randn(rows, 3 * width, generator=gen), torch.randn(rows, 3 * width, generator=gen)
+    h, grad = torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen)
+    threads(2)
+    assert native.blocks(rows, 3 * width) == 2
+
+    def both_ways():
+        out, keep = native.gru_gates(gi, gh, h)
+        return (out, keep, *native.gru_gates_backward(grad, keep, gh, h))
+
+    one, two = _both(both_ways, threads)
+    for a, b in zip(one, two, strict=True):
+        assert torch.equal(a, b)

@@ -15,7 +15,7 @@ scores also with their gradients, for fp32 training.
 - **Fallback.** No compiler, a failed build or ``SEQ2SEQ_NATIVE=0``: the torch path
   runs, with one line on stderr for a failed build. Results agree within fp32 rounding
   (tests/test_native.py); outputs may differ where two hypotheses nearly tie.
-- **Threads.** The scores', the loss's and the top-k kernels split their rows into blocks over
+- **Threads.** Every kernel splits its rows into blocks over
   torch's own OpenMP threads (``kernels.c``, "Blocks of rows over torch's threads"), as
   many as ``torch.get_num_threads()``; a block has at least :data:`MIN_BLOCK` elements.
   The kernels release the GIL (ctypes), so decoding workers
@@ -90,9 +90,10 @@ def _load() -> ctypes.CDLL | None:
                 lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P,
                                            ctypes.c_int]
                 lib.vocab_topk.restype = None
-                lib.gru_gates.argtypes = [_P, _P, _P, _I64, _I64, _P, _P]
+                lib.gru_gates.argtypes = [_P, _P, _P, _I64, _I64, _P, _P, ctypes.c_int]
                 lib.gru_gates.restype = None
-                lib.gru_gates_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _P, _P, _P]
+                lib.gru_gates_backward.argtypes = [_P, _P, _P, _P, _I64, _I64, _P, _P, _P,
+                                                   ctypes.c_int]
                 lib.gru_gates_backward.restype = None
                 why = f"on ({Path(cc).name}, {path})"
             except (OSError, RuntimeError, subprocess.SubprocessError) as err:
@@ -313,7 +314,8 @@ def gru_gates(gi: Tensor, gh: Tensor, h: Tensor, out: Tensor | None = None,
     gi, gh, h = gi.contiguous(), gh.contiguous(), h.contiguous()
     out = _into(out, h)
     keep = _into(keep, gi)
-    lib.gru_gates(_ptr(gi), _ptr(gh), _ptr(h), rows, width, _ptr(out), _ptr(keep))
+    lib.gru_gates(_ptr(gi), _ptr(gh), _ptr(h), rows, width, _ptr(out), _ptr(keep),
+                  blocks(rows, 3 * width))
     return out, keep
 
 
@@ -330,7 +332,7 @@ def gru_gates_backward(grad: Tensor, keep: Tensor, gh: Tensor, h: Tensor,
     grad_gi, grad_gh = _into(grad_gi, keep), _into(grad_gh, keep)
     grad_h = torch.empty_like(h)
     lib.gru_gates_backward(_ptr(grad), _ptr(keep), _ptr(gh), _ptr(h), rows, width,
-                           _ptr(grad_gi), _ptr(grad_gh), _ptr(grad_h))
+                           _ptr(grad_gi), _ptr(grad_gh), _ptr(grad_h), blocks(rows, 3 * width))
     return grad_gi, grad_gh, grad_h
 
 

@@ -309,8 +309,9 @@ static inline float tanh_f(float x) {
  * products gi = W_i x + b_i and gh = W_h h + b_h (rows, 3H), gate order r, z, n, and the
  * state h (rows, H): r = s(i_r + h_r), z = s(i_z + h_z), n = tanh(i_n + r h_n),
  * out = n + z (h - n) (rows, H). keep (rows, 3H) receives r, z, n for the backward. */
-void gru_gates(const float *restrict gi, const float *restrict gh, const float *restrict h,
-               i64 rows, i64 H, float *restrict out, float *restrict keep) {
+static void gru_gates_rows(const float *restrict gi, const float *restrict gh,
+                           const float *restrict h, i64 rows, i64 H, float *restrict out,
+                           float *restrict keep) {
     for (i64 b = 0; b < rows; b++) {
         const float *restrict x = gi + b * 3 * H, *restrict y = gh + b * 3 * H;
         const float *restrict hb = h + b * H;
@@ -330,10 +331,10 @@ void gru_gates(const float *restrict gi, const float *restrict gh, const float *
 
 /* The gradients of gru_gates from grad (rows, H) of out: grad_gi, grad_gh (rows, 3H) and
  * grad_h (rows, H); keep is gru_gates' (r, z, n), gh and h its inputs. */
-void gru_gates_backward(const float *restrict grad, const float *restrict keep,
-                        const float *restrict gh, const float *restrict h, i64 rows, i64 H,
-                        float *restrict grad_gi, float *restrict grad_gh,
-                        float *restrict grad_h) {
+static void gru_gates_backward_rows(const float *restrict grad, const float *restrict keep,
+                                    const float *restrict gh, const float *restrict h,
+                                    i64 rows, i64 H, float *restrict grad_gi,
+                                    float *restrict grad_gh, float *restrict grad_h) {
     for (i64 b = 0; b < rows; b++) {
         const float *restrict g = grad + b * H, *restrict k = keep + b * 3 * H;
         const float *restrict y = gh + b * 3 * H, *restrict hb = h + b * H;
@@ -500,4 +501,47 @@ void vocab_topk(const void *logits, i64 N, i64 V, i64 k, const i64 *skip, i64 n_
                 int is_bf16, float *vals, i64 *idx, int blocks) {
     struct topk_args a = {logits, V, k, skip, n_skip, is_bf16, vals, idx};
     run_blocks(topk_block, &a, N, blocks);
+}
+
+struct gates_args {
+    const float *gi, *gh, *h;
+    i64 H;
+    float *out, *keep;
+};
+
+static void gates_block(const void *p, i64 lo, i64 hi, int b) {
+    const struct gates_args *a = p;
+    (void)b;
+    gru_gates_rows(a->gi + lo * 3 * a->H, a->gh + lo * 3 * a->H, a->h + lo * a->H, hi - lo,
+                   a->H, a->out + lo * a->H, a->keep + lo * 3 * a->H);
+}
+
+/* gru_gates_rows (above), its rows in `blocks` blocks. */
+void gru_gates(const float *gi, const float *gh, const float *h, i64 rows, i64 H, float *out,
+               float *keep, int blocks) {
+    struct gates_args a = {gi, gh, h, H, out, keep};
+    run_blocks(gates_block, &a, rows, blocks);
+}
+
+struct gates_grad_args {
+    const float *grad, *keep, *gh, *h;
+    i64 H;
+    float *grad_gi, *grad_gh, *grad_h;
+};
+
+static void gates_grad_block(const void *p, i64 lo, i64 hi, int b) {
+    const struct gates_grad_args *a = p;
+    i64 H = a->H;
+    (void)b;
+    gru_gates_backward_rows(a->grad + lo * H, a->keep + lo * 3 * H, a->gh + lo * 3 * H,
+                            a->h + lo * H, hi - lo, H, a->grad_gi + lo * 3 * H,
+                            a->grad_gh + lo * 3 * H, a->grad_h + lo * H);
+}
+
+/* gru_gates_backward_rows (above), its rows in `blocks` blocks. */
+void gru_gates_backward(const float *grad, const float *keep, const float *gh, const float *h,
+                        i64 rows, i64 H, float *grad_gi, float *grad_gh, float *grad_h,
+                        int blocks) {
+    struct gates_grad_args a = {grad, keep, gh, h, H, grad_gi, grad_gh, grad_h};
+    run_blocks(gates_grad_block, &a, rows, blocks);
 }
