@@ -199,7 +199,10 @@ def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
                  f"x{MIN_LOSS_SPEEDUP} over the best before them, bf16 x{MIN_SPEEDUP}")
     else:
         needs = f"x{speedup(rounds, 'fp32', 'bf16'):.2f}; bf16 needs x{MIN_SPEEDUP}"
-    return of_name(best, f"{best} (auto: {what} took {took}; {needs})")
+    # each round's times too: a probe disturbed in most of its rounds (stop 49's benchmark
+    # once read fp32-model modes at 1.5-2.7x their usual time) shows in them
+    per_round = "; ".join(f"{m} {'/'.join(f'{t * 1e3:.0f}' for t in rounds[m])}" for m in rounds)
+    return of_name(best, f"{best} (auto: {what} took {took}; {needs}; ms per round: {per_round})")
 
 
 @contextlib.contextmanager

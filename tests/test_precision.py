@@ -67,6 +67,8 @@ def test_auto_takes_bf16_only_when_clearly_faster(monkeypatch, fake_clock) -> No
     fast = precision.choose("auto", CPU, _step(0.02, 0.005, calls))
     assert fast.bf16 and "20 ms in fp32, 20 ms in bf16_loss, 20 ms in bf16_gemm, 5 ms in bf16" \
         in fast.reason
+    rounds = "/".join(["20"] * precision.PROBE_ROUNDS)
+    assert f"ms per round: fp32 {rounds}; bf16_loss {rounds}" in fast.reason  # for diagnosis
     for mode in precision.TRAIN_MODES:  # one warm-up and the timed rounds each, alternating
         assert calls.count(mode) == precision.PROBE_ROUNDS + 1
     assert calls[:4] == list(precision.TRAIN_MODES)
