@@ -24,6 +24,7 @@ from seq2seq.inference.search import beam_search, greedy
 from seq2seq.inference.vocab import _log_probs, best_tokens, row_topk
 from seq2seq.model import build_model
 from seq2seq.model.scorers import additive_scores
+from seq2seq.native import build
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_kernels = pytest.mark.skipif(not native.available(),
@@ -320,10 +321,10 @@ def test_the_build_is_cached_per_cpu_and_source(tmp_path):
 
 
 def test_the_build_flags_follow_torchs_kernel_level():
-    assert "-mprefer-vector-width=512" in native.flags("AVX512")
-    assert "-mno-avx512f" not in native.flags("AVX512")
-    assert {"-mno-avx512f", "-mprefer-vector-width=256"} <= set(native.flags("AVX2"))
-    assert {"-mno-avx512f", "-mno-avx2"} <= set(native.flags("DEFAULT"))
+    assert "-mprefer-vector-width=512" in build.flags("AVX512")
+    assert "-mno-avx512f" not in build.flags("AVX512")
+    assert {"-mno-avx512f", "-mprefer-vector-width=256"} <= set(build.flags("AVX2"))
+    assert {"-mno-avx512f", "-mno-avx2"} <= set(build.flags("DEFAULT"))
 
 
 @needs_kernels

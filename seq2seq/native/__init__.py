@@ -6,9 +6,9 @@ docs/performance.md#native-decoding-kernels): the additive attention scores and 
 vocabulary side (log-softmax and top-k). ``kernels.c`` does each in one pass; the
 scores also with their gradients, for fp32 training.
 
-- **Build** (:mod:`seq2seq.native.build`). The C compiler (``$CC``, else Python's, else ``cc``) builds ``kernels.c``
-  with ``-march=native`` into ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or
-  ``$XDG_CACHE_HOME`` move it), keyed by the source, the flags, the compiler and the
+- **Build** (:mod:`seq2seq.native.build`). The C compiler (``$CC``, else Python's,
+  else ``cc``) builds ``kernels.c`` with ``-march=native`` into
+  ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or ``$XDG_CACHE_HOME`` move it), keyed by the source, the flags, the compiler and the
   CPU (about half a second on machine E). It needs no headers or libc at link time.
 - **Choice.** Each kernel is used only where a timing on a synthetic problem, once per
   process and dtype, finds it faster than the torch ops it replaces (:func:`choose`).
@@ -39,7 +39,6 @@ import torch
 from torch import Tensor
 
 from seq2seq.native import build
-from seq2seq.native.build import FLAGS, SOURCE, flags  # noqa: F401  (re-exported)
 
 __all__ = ["additive_scores", "additive_scores_backward", "available", "choose",
            "cross_entropy_rows", "disabled", "gru_gates", "gru_gates_backward", "status",
@@ -267,14 +266,15 @@ def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
                          f"{grad_out.dtype} {tuple(grad_out.shape)}")
     parts = blocks(n, width)
     work = torch.empty(parts, width, dtype=torch.float32)
-    # the bias's gradient sums over rows: one sum a block, added after
-    sums = None if grad is None or grad_bias is None else torch.zeros(parts, width)
+    # the bias's gradient sums over rows: one block adds into it, several into a sum each
+    sums = None if grad is None or grad_bias is None else \
+        grad_bias.unsqueeze(0) if parts == 1 else torch.zeros(parts, width)
     lib.cross_entropy_rows(_ptr(x), int(x.dtype == torch.bfloat16), n, width, _ptr(y),
                            float(smoothing), _ptr(rows), 0 if grad is None else _ptr(grad),
                            int(grad_dtype == torch.bfloat16), 0 if sums is None else _ptr(sums),
                            _ptr(work), parts)
-    if sums is not None:
-        grad_bias += sums[0] if parts == 1 else sums.sum(0)  # type: ignore[operator]
+    if sums is not None and parts > 1:
+        grad_bias += sums.sum(0)  # type: ignore[operator]
     return rows.sum(), grad
 
 
