@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from bench_turns import ENV as TURNS_ENV  # noqa: E402
 from bench_turns import Turns  # noqa: E402
 
-from seq2seq import precision  # noqa: E402
+from seq2seq import contention, precision  # noqa: E402
 from seq2seq.corpus import (  # noqa: E402
     batching,  # noqa: E402
     corpus_dir,
@@ -160,24 +159,30 @@ def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats:
         for b in batches[cuts[i]:cuts[i + 1]]:
             train_step(run, b)
         turns.give()
-    tgt_rates, src_rates, secs = [], [], []
+    tgt_rates, src_rates, secs, shares = [], [], [], []
     for r in range(repeats):
         group = batches[warmup + r * per_repeat: warmup + (r + 1) * per_repeat]
         turns.take()
         synchronize(run.device)  # a GPU may still be running the warm-up's last steps
-        start = time.perf_counter()
+        cores = contention.Meter()
+        cores.start()
         for b in group:
             loss = train_step(run, b)
         float(loss)  # a no-op on CPU; on a GPU it waits for the queued work
-        sec = time.perf_counter() - start
+        cores.stop()
+        sec = cores.wall
         turns.give()
         secs.append(sec)
+        shares.append(cores.share())
         tgt_rates.append(sum(b.n_tgt_tokens for b in group) / sec)
         src_rates.append(sum(b.n_src_tokens for b in group) / sec)
     turns.take()
     return {"tgt_tok_per_s": statistics.median(tgt_rates), "src_tok_per_s": statistics.median(src_rates),
             "tgt_tok_per_s_repeats": tgt_rates, "src_tok_per_s_repeats": src_rates,
-            "sec_per_repeat": secs, "batches_per_repeat": per_repeat, "warmup_batches": warmup}
+            "sec_per_repeat": secs, "batches_per_repeat": per_repeat, "warmup_batches": warmup,
+            # CPU seconds per wall second per thread: well under 1 where another process
+            # took a core (seq2seq.contention); meaningless on a GPU
+            "cpu_share_repeats": shares}
 
 
 def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:

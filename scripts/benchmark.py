@@ -51,6 +51,7 @@ import bench_peers
 import bench_rounds
 import torch
 
+from seq2seq import contention
 from seq2seq.errors import ConfigError, Seq2SeqError
 from seq2seq.model import gemm
 from seq2seq.runtime import cpu_description
@@ -298,6 +299,10 @@ def print_row(name: str, row: dict[str, Any]) -> None:
           f"{row['peak_rss_mib']:8.0f} {row['flops_per_tgt_token'] / 1e6:9.1f} "
           f"{100 * row['fraction_of_matmul']:6.1f}% {precision_label(row):>9s}",
           flush=True)
+    shares = t.get("cpu_share_repeats", [])
+    if "device" not in row and any(s < contention.BUSY_BELOW for s in shares):  # a GPU row has one
+        print(f"      ^ timed on busy cores: CPU share per repeat "
+              f"{', '.join(f'{s:.2f}' for s in shares)} (another process took a core)", flush=True)
 
 
 HEADER = (f"{'':5s} {'arm':14s} {'tgt tok/s':>9s} {'src tok/s':>9s} {'greedy/s':>8s} "

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq import runtime
+from seq2seq import contention, runtime
 from seq2seq.config import Precision, TrainPrecision
 from seq2seq.errors import ConfigError
 from seq2seq.model import bf16_gemm, loss
@@ -46,6 +46,7 @@ MIN_SPEEDUP = 1.15  # full bf16 must save at least this factor of step time to b
 # bf16_loss's probe meets the shapes training meets, so a smaller margin covers its noise
 MIN_LOSS_SPEEDUP = 1.05
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
+BUSY_REDOS = PROBE_ROUNDS  # rounds redone at most because they ran on busy cores
 TRAIN_MODES = ("fp32", "bf16_loss", "bf16_gemm", "bf16")  # what training's auto times, least changed first
 DECODE_MODES = ("fp32", "bf16")
 Pass = Callable[[], None]  # one timed unit of work: a training pass, or a few decoder steps
@@ -119,9 +120,20 @@ def medians(rounds: dict[str, list[float]]) -> dict[str, float]:
     return {m: _median(v) for m, v in rounds.items()}
 
 
+class Rounds(dict):
+    """Seconds per mode, one per timed round (a ``dict[str, list[float]]``), and which
+    rounds were redone because other processes took the cores (``redone``), or ran on busy
+    cores even so (``busy``)."""
+
+    def __init__(self, modes: Sequence[str]) -> None:
+        super().__init__({m: [] for m in modes})
+        self.redone: list[str] = []
+        self.busy: list[str] = []
+
+
 def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
                  modes: tuple[str, ...] = DECODE_MODES, sizes: Sequence[float] | None = None
-                 ) -> dict[str, list[float]]:
+                 ) -> Rounds:
     """Seconds of a pass (one forward+backward, or a few decoder steps) in each of
     ``modes``, one per timed round, measured alternately, the modes taking turns to go
     first.
@@ -133,19 +145,35 @@ def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
     (docs/performance.md#the-probe-on-new-batches). ``sizes`` (e.g. each batch's target
     tokens) scale each time to the passes' mean size, so rounds on batches of different
     size compare.
+
+    A round during which another process took the cores (seq2seq.contention) is redone,
+    up to :data:`BUSY_REDOS` times in all: busy cores slow every mode many times over, and
+    some far more than others, so such a round can favour a mode that loses on free cores.
     """
     passes = [passes] if callable(passes) else list(passes)
     sizes = list(sizes) if sizes is not None else [1.0] * len(passes)
     mean = sum(sizes) / len(sizes)
-    times: dict[str, list[float]] = {m: [] for m in modes}
+    times = Rounds(modes)
     for mode in modes:  # warm-up: first calls allocate and pick kernels
         with applied(of_name(mode), device):
             timed(passes[0], device)
-    for r in range(PROBE_ROUNDS):
+    judged = contention.measurable(device)
+    while (r := len(times[modes[0]])) < PROBE_ROUNDS:
         i = 1 + r % (len(passes) - 1) if len(passes) > 1 else 0
+        meter, got = contention.Meter(), {}
+        meter.start()
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
             with applied(of_name(mode), device):
-                times[mode].append(timed(passes[i], device) * mean / sizes[i])
+                got[mode] = timed(passes[i], device) * mean / sizes[i]
+        meter.stop()
+        if judged and meter.busy():
+            what = f"round {r + 1} ({contention.describe(meter.share())})"
+            if len(times.redone) < BUSY_REDOS:
+                times.redone.append(what)
+                continue
+            times.busy.append(what)
+        for mode, seconds in got.items():
+            times[mode].append(seconds)
     return times
 
 
@@ -202,7 +230,19 @@ def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
     # each round's times too: a probe disturbed in most of its rounds (stop 49's benchmark
     # once read fp32-model modes at 1.5-2.7x their usual time) shows in them
     per_round = "; ".join(f"{m} {'/'.join(f'{t * 1e3:.0f}' for t in rounds[m])}" for m in rounds)
-    return of_name(best, f"{best} (auto: {what} took {took}; {needs}; ms per round: {per_round})")
+    return of_name(best, f"{best} (auto: {what} took {took}; {needs}; ms per round: "
+                   f"{per_round}{_busy_note(rounds)})")
+
+
+def _busy_note(rounds: dict[str, list[float]]) -> str:
+    """What :func:`probe_rounds` redid or kept on busy cores, for the log line."""
+    note = ""
+    if redone := getattr(rounds, "redone", []):
+        note += f"; redone on busy cores: {', '.join(redone)}"
+    if busy := getattr(rounds, "busy", []):
+        note += (f"; still on busy cores: {', '.join(busy)}, so the choice may be wrong: "
+                 f"{contention.ADVICE}")
+    return note
 
 
 @contextlib.contextmanager

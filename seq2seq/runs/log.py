@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from seq2seq import atomic
+from seq2seq.contention import Meter
 from seq2seq.runs.tensorboard import AttentionSample, Board
 
 METRIC_FIELDS = (
@@ -130,14 +131,20 @@ class Window:
     def reset(self) -> None:
         self.loss: Any = 0.0
         self.steps = self.tgt_tokens = self.src_tokens = 0
-        self.seconds = 0.0
+        self.seconds = self.cpu_seconds = 0.0
 
-    def add(self, loss: Any, tgt_tokens: int, src_tokens: int, seconds: float) -> None:
+    def add(self, loss: Any, tgt_tokens: int, src_tokens: int, seconds: float,
+            cpu_seconds: float = 0.0) -> None:
         self.loss = self.loss + loss
         self.steps += 1
         self.tgt_tokens += tgt_tokens
         self.src_tokens += src_tokens
         self.seconds += seconds
+        self.cpu_seconds += cpu_seconds
+
+    def cores(self) -> Meter:
+        """The steps' CPU and wall seconds, to tell whether they ran on busy cores."""
+        return Meter(cpu=self.cpu_seconds, wall=self.seconds)
 
     def mean_loss(self) -> float:
         return float(self.loss) / max(self.steps, 1)

@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from seq2seq import native, precision
+from seq2seq import contention, native, precision
 from seq2seq.corpus import batching
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import gemm
@@ -238,10 +238,11 @@ def run_training(run: Run) -> Progress:
             for idx in batches[p.batch_index:]:
                 batch, scale = distributed.local_batch(d.train, idx)
                 batch = validation.to_device(batch, run.device)
-                step_start = time.perf_counter()
+                cpu_start, step_start = contention.cpu_seconds(), time.perf_counter()
                 loss = train_step(run, batch, scale)
                 step_s = time.perf_counter() - step_start
-                window.add(loss, batch.n_tgt_tokens, batch.n_src_tokens, step_s)
+                window.add(loss, batch.n_tgt_tokens, batch.n_src_tokens, step_s,
+                           contention.cpu_seconds() - cpu_start)
                 p.step, p.batch_index = p.step + 1, p.batch_index + 1
                 p.tgt_tokens += batch.n_tgt_tokens
                 p.src_tokens += batch.n_src_tokens
@@ -286,7 +287,23 @@ def log_train(run: Run, window: Window, bar: Any) -> None:
                      "eta": format_duration(time_left(run, bar.total))}, refresh=False)
     run.log.info("step %d epoch %d: loss %.4f lr %.2e %.0f tgt tok/s",
                  p.step, p.epoch, loss, lr, window.tgt_per_s())
+    warn_busy_cores(run, window)
     window.reset()
+
+
+def warn_busy_cores(run: Run, window: Window) -> None:
+    """Warn when the window's steps ran on cores another process took (seq2seq.contention),
+    once until they are free again, and say when they are."""
+    if not contention.measurable(run.device):
+        return
+    cores = window.cores()
+    if cores.busy() and not run.busy_cores:
+        run.log.warning("steps %d-%d ran on busy cores (%s): %s", run.progress.step - window.steps + 1,
+                        run.progress.step, contention.describe(cores.share()), contention.ADVICE)
+    elif run.busy_cores and cores.wall >= contention.MIN_WALL and not cores.busy():
+        run.log.info("the cores are free again (%s)", contention.describe(cores.share()))
+    if cores.wall >= contention.MIN_WALL:
+        run.busy_cores = cores.busy()
 
 
 def time_left(run: Run, total: int | None) -> float:

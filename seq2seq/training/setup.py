@@ -85,6 +85,7 @@ class Run:
     loss_bf16: bool = False  # train.precision=bf16_loss: only the fused loss's products in bf16
     gemm_bf16: bool = False  # train.precision=bf16_gemm: those and the other large products
     native_logged: bool = False  # the C kernels' choices went to the log (after a validation)
+    busy_cores: bool = False  # the last log window ran on cores another process took (warned)
 
 
 def check_train_config(t: DictConfig) -> None:
