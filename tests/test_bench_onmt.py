@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import bench_onmt  # noqa: E402
 import benchmark  # noqa: E402
 
+from seq2seq.errors import ConfigError  # noqa: E402
+
 # Report lines of a real `onmt_train` (OpenNMT-py 3.5.1, torch 2.13.0, the Bible pairs), with
 # the lines around them.
 TRAIN_LOG = """\
@@ -118,7 +120,7 @@ def test_export_writes_our_pieces_and_ids(tiny_corpus, tmp_path):
 
 def test_onmt_options_and_skip_without_its_environment(monkeypatch, tmp_path, capsys):
     assert benchmark.parse_args([]).onmt_arms == ""  # off unless asked
-    with pytest.raises(benchmark.ConfigError, match="no OpenNMT-py arm 'none'"):
+    with pytest.raises(ConfigError, match="no OpenNMT-py arm 'none'"):
         benchmark.parse_args(["--onmt-arms", "none"])
     monkeypatch.setattr(bench_onmt, "onmt_available", lambda: False)
     monkeypatch.setattr(benchmark, "ceiling", lambda args: {"fp32_flops_per_s": 1.0,

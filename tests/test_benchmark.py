@@ -23,6 +23,7 @@ import bench_probe  # noqa: E402
 import benchmark  # noqa: E402
 
 from seq2seq import precision  # noqa: E402
+from seq2seq.errors import ConfigError  # noqa: E402
 
 
 def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
@@ -170,24 +171,24 @@ def test_joey_batches_count_padding():
 
 
 def test_bad_options_are_clear_errors():
-    with pytest.raises(benchmark.ConfigError, match="ARM=DIR"):
+    with pytest.raises(ConfigError, match="ARM=DIR"):
         benchmark.parse_args(["--ours-run", "attention=/nonexistent"])
-    with pytest.raises(benchmark.ConfigError, match="unknown arm 'bahdanu'"):
+    with pytest.raises(ConfigError, match="unknown arm 'bahdanu'"):
         benchmark.parse_args(["--arms", "none,bahdanu"])
-    with pytest.raises(benchmark.ConfigError, match="no 'none' attention"):
+    with pytest.raises(ConfigError, match="no 'none' attention"):
         benchmark.parse_args(["--joey-arms", "none"])
     assert benchmark.parse_args(["--quick", "--repeats", "3"]).repeats == 3  # explicit wins
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_a_gpu_asked_for_without_one_is_a_clear_error():
-    with pytest.raises(benchmark.ConfigError, match="--device cuda: no CUDA device"):
+    with pytest.raises(ConfigError, match="--device cuda: no CUDA device"):
         benchmark.parse_args(["--device", "cuda"])
 
 
 def test_the_cpu_only_comparisons_refuse_a_gpu():
     for extra in (["--minutes", "10"], ["--onmt-arms", "luong"]):
-        with pytest.raises(benchmark.ConfigError, match="run on the CPU only"):
+        with pytest.raises(ConfigError, match="run on the CPU only"):
             benchmark.parse_args(["--device", "cuda", *extra])
 
 
@@ -203,7 +204,7 @@ def test_a_model_profile_sets_our_sizes_and_its_batch(tmp_path):
     explicit = benchmark.parse_args(["--no-joey", "--model-profile", "paper", "--batch-tokens", "500"])
     assert explicit.batch_tokens == 500
     assert benchmark.parse_args(["--no-joey"]).batch_tokens == 3000
-    with pytest.raises(benchmark.ConfigError, match="'papr'.*use one of paper, quick"):
+    with pytest.raises(ConfigError, match="'papr'.*use one of paper, quick"):
         benchmark.parse_args(["--model-profile", "papr"])
 
 
