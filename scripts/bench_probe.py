@@ -54,7 +54,7 @@ def probe_arm(arm: str, how: str, threads: int, data: list[str], batch_tokens: i
     route = gemm.choose(run.device, chunk_shapes(run.model), gemm.step_probe(run.model))
     d = bench.data
     idx = batching.train_batches(d.train, d.train_idx, cfg.train.batch_tokens, cfg.train.seed, 0)
-    batches = [batching.collate(d.train, i) for i in idx[:precision.PROBE_ROUNDS + 1]]
+    batches = [batching.collate(d.train, i) for i in idx[:precision.PROBE_BATCHES]]
     if how == "repeat":
         passes, sizes = training_pass(run, batches[0]), None
     else:

@@ -47,6 +47,7 @@ MIN_SPEEDUP = 1.15  # full bf16 must save at least this factor of step time to b
 MIN_LOSS_SPEEDUP = 1.05
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
 BUSY_REDOS = PROBE_ROUNDS  # rounds redone at most because they ran on busy cores
+PROBE_BATCHES = 1 + PROBE_ROUNDS + BUSY_REDOS  # a warm-up, then a new batch for every round
 TRAIN_MODES = ("fp32", "bf16_loss", "bf16_gemm", "bf16")  # what training's auto times, least changed first
 DECODE_MODES = ("fp32", "bf16")
 Pass = Callable[[], None]  # one timed unit of work: a training pass, or a few decoder steps
@@ -159,7 +160,8 @@ def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
             timed(passes[0], device)
     judged = contention.measurable(device)
     while (r := len(times[modes[0]])) < PROBE_ROUNDS:
-        i = 1 + r % (len(passes) - 1) if len(passes) > 1 else 0
+        tried = r + len(times.redone)  # a redone round runs a new pass too, where there is one
+        i = 1 + tried % (len(passes) - 1) if len(passes) > 1 else 0
         meter, got = contention.Meter(), {}
         meter.start()
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:

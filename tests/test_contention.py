@@ -73,7 +73,7 @@ def _probe(monkeypatch, script: list[bool]) -> tuple[precision.Choice, list[int]
     monkeypatch.setattr(contention, "measurable", lambda device: True)
     monkeypatch.setattr(contention, "Meter", _ScriptedMeter)
     _ScriptedMeter.script = list(script)
-    rounds: list[int] = []
+    ran: list[int] = []  # which pass each timed call ran
 
     def timed(step, device) -> float:
         step()
@@ -81,16 +81,18 @@ def _probe(monkeypatch, script: list[bool]) -> tuple[precision.Choice, list[int]
         fast = torch.is_autocast_enabled("cpu")
         return (0.1 if fast else 0.3) if busy else (0.4 if fast else 0.3)
 
-    def one_pass() -> None:
-        rounds.append(len(_ScriptedMeter.script))
+    def make(i: int):
+        return lambda: ran.append(i)
     monkeypatch.setattr(precision, "timed", timed)
-    return precision.choose("auto", CPU, [one_pass] * 4), rounds
+    passes = [make(i) for i in range(precision.PROBE_BATCHES)]
+    return precision.choose("auto", CPU, passes), ran
 
 
 def test_the_probe_redoes_a_round_on_busy_cores(monkeypatch) -> None:
-    choice, rounds = _probe(monkeypatch, [True, False, False, False])
+    choice, ran = _probe(monkeypatch, [True, False, False, False])
     n = len(precision.TRAIN_MODES)
-    assert len(rounds) == n * (1 + precision.PROBE_ROUNDS + 1)  # warm-up, 3 rounds, 1 redone
+    # a warm-up on pass 0, then each round (the redone one too) on a pass new to every mode
+    assert ran == [p for p in range(precision.PROBE_ROUNDS + 2) for _ in range(n)]
     assert choice.name == "fp32"  # the busy round's bf16 times were dropped
     assert "redone on busy cores: round 1 (the process got 30%" in choice.reason
     assert "still on busy cores" not in choice.reason
@@ -98,9 +100,9 @@ def test_the_probe_redoes_a_round_on_busy_cores(monkeypatch) -> None:
 
 def test_the_probe_gives_up_redoing_and_says_so(monkeypatch) -> None:
     script = [True] * (precision.PROBE_ROUNDS + precision.BUSY_REDOS)
-    choice, rounds = _probe(monkeypatch, script)
+    choice, ran = _probe(monkeypatch, script)
     n = len(precision.TRAIN_MODES)
-    assert len(rounds) == n * (1 + precision.PROBE_ROUNDS + precision.BUSY_REDOS)
+    assert ran == [p for p in range(precision.PROBE_BATCHES) for _ in range(n)]
     assert choice.reason.count("(the process got 30%") == precision.PROBE_ROUNDS + precision.BUSY_REDOS
     assert "still on busy cores" in choice.reason and "train.threads=1" in choice.reason
 

@@ -138,7 +138,7 @@ def test_training_auto_probes_on_several_batches(tiny_train_overrides, tmp_path:
     monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
     train(tiny_train_overrides, f"run_dir={tmp_path / 'run'}", "train.max_steps=1",
           "train.precision=auto")
-    assert seen["modes"] == precision.TRAIN_MODES and seen["passes"] == precision.PROBE_ROUNDS + 1
+    assert seen["modes"] == precision.TRAIN_MODES and seen["passes"] == precision.PROBE_BATCHES
     assert len(seen["sizes"]) == seen["passes"] and all(n > 0 for n in seen["sizes"])
 
 

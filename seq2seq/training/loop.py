@@ -54,7 +54,7 @@ def choose_precision(run: Run) -> None:
         run.log.info("precision: %s (kept from the run's start)", p.precision)
         return
     batches = [validation.to_device(batching.collate(run.data.train, idx), run.device)
-               for idx in epoch_batches(run)[:precision.PROBE_ROUNDS + 1]]
+               for idx in epoch_batches(run)[:precision.PROBE_BATCHES]]
     choice = distributed.on_main(lambda: resolve_precision(run, batches))
     run.bf16, run.loss_bf16, run.gemm_bf16 = choice.bf16, choice.loss_bf16, choice.gemm_bf16
     p.precision = choice.name
@@ -63,8 +63,8 @@ def choose_precision(run: Run) -> None:
 
 def resolve_precision(run: Run, batches: list[batching.Batch]) -> precision.Choice:
     """``train.precision`` on ``run``'s device; ``auto`` times training passes of the first
-    PROBE_ROUNDS + 1 of ``batches`` (seq2seq.precision.probe), nothing else changes."""
-    probed = batches[:precision.PROBE_ROUNDS + 1]
+    PROBE_BATCHES of ``batches`` (seq2seq.precision.probe), nothing else changes."""
+    probed = batches[:precision.PROBE_BATCHES]
     return precision.choose(run.cfg.train.precision, run.device,
                             [training_pass(run, b) for b in probed],
                             sizes=[b.n_tgt_tokens for b in probed])
