@@ -293,8 +293,9 @@ def log_train(run: Run, window: Window, bar: Any) -> None:
 
 def warn_busy_cores(run: Run, window: Window) -> None:
     """Warn when the window's steps ran on cores another process took (seq2seq.contention),
-    once until they are free again, and say when they are."""
-    if not contention.measurable(run.device):
+    once until they are free again, and say when they are. Not under DDP: a rank that waits
+    for another's gradients may sleep, which lowers its share without any other process."""
+    if not contention.measurable(run.device) or distributed.world_size() > 1:
         return
     cores = window.cores()
     if cores.busy() and not run.busy_cores:
