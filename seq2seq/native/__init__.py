@@ -8,8 +8,9 @@ scores also with their gradients, for fp32 training.
 
 - **Build** (:mod:`seq2seq.native.build`). The C compiler (``$CC``, else Python's,
   else ``cc``) builds ``kernels.c`` with ``-march=native`` into
-  ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or ``$XDG_CACHE_HOME`` move it), keyed by the source, the flags, the compiler and the
-  CPU (about half a second on machine E). It needs no headers or libc at link time.
+  ``~/.cache/seq2seq/native`` (``$SEQ2SEQ_CACHE`` or ``$XDG_CACHE_HOME`` move it),
+  keyed by the source, the flags, the compiler and the CPU (about half a second on
+  machine E). It needs no headers or libc at link time.
 - **Choice.** Each kernel is used only where a timing on a synthetic problem, once per
   process and dtype, finds it faster than the torch ops it replaces (:func:`choose`).
 - **Fallback.** No compiler, a failed build or ``SEQ2SEQ_NATIVE=0``: the torch path

@@ -298,13 +298,15 @@ def warn_busy_cores(run: Run, window: Window) -> None:
     if not contention.measurable(run.device) or distributed.world_size() > 1:
         return
     cores = window.cores()
-    if cores.busy() and not run.busy_cores:
+    if cores.wall < contention.MIN_WALL:  # too short to say either way
+        return
+    busy = cores.busy()
+    if busy and not run.busy_cores:
         run.log.warning("steps %d-%d ran on busy cores (%s): %s", run.progress.step - window.steps + 1,
                         run.progress.step, contention.describe(cores.share()), contention.ADVICE)
-    elif run.busy_cores and cores.wall >= contention.MIN_WALL and not cores.busy():
+    elif run.busy_cores and not busy:
         run.log.info("the cores are free again (%s)", contention.describe(cores.share()))
-    if cores.wall >= contention.MIN_WALL:
-        run.busy_cores = cores.busy()
+    run.busy_cores = busy
 
 
 def time_left(run: Run, total: int | None) -> float:
