@@ -63,7 +63,7 @@ def measure_paired(args: argparse.Namespace, work: Path, settings: dict[str, Any
     arms = [a for a in args.arms.split(",") if a in bench_peers.JOEY_CONFIGS]
     out: dict[str, Any] = {"rounds": args.paired_rounds, "arms": {
         arm: {"ours": [], "joey": [], "ratios": [], "pair_ratios": [], "ours_groups": [],
-              "joey_windows": [], "bf16": []} for arm in arms}}
+              "joey_windows": [], "bf16": [], "precision": []} for arm in arms}}
     for r in range(1, args.paired_rounds + 1):
         for arm in arms:
             row, theirs = pair(arm, settings, bench_peers.JOEY_CONFIGS[arm], work, warm,
@@ -77,6 +77,7 @@ def measure_paired(args: argparse.Namespace, work: Path, settings: dict[str, Any
             rec["ours_groups"].append(groups)
             rec["joey_windows"].append(windows)
             rec["bf16"].append(row["bf16"])
+            rec["precision"].append(row["precision"])  # with auto's probe, so a pick can be read
             print(f"paired round {r}: {arm} ours {rec['ours'][-1]:.0f} "
                   f"({bench_ours.precision_of(row)}), JoeyNMT {rec['joey'][-1]:.0f}: "
                   f"x{rec['ratios'][-1]:.2f}; pairs " + ", ".join(

@@ -29,8 +29,9 @@ the same margin, and full bf16 only when it beats the best of the three by
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,8 +47,11 @@ MIN_SPEEDUP = 1.15  # full bf16 must save at least this factor of step time to b
 # bf16_loss's probe meets the shapes training meets, so a smaller margin covers its noise
 MIN_LOSS_SPEEDUP = 1.05
 PROBE_ROUNDS = 3  # timed passes per precision, after one untimed warm-up pass each
+# rounds in all where the first ones disagree on a comparison (some over its margin, some
+# under): one noisy round then no longer decides the median
+MAX_PROBE_ROUNDS = 7
 BUSY_REDOS = PROBE_ROUNDS  # rounds redone at most because they ran on busy cores
-PROBE_BATCHES = 1 + PROBE_ROUNDS + BUSY_REDOS  # a warm-up, then a new batch for every round
+PROBE_BATCHES = 1 + MAX_PROBE_ROUNDS + BUSY_REDOS  # a warm-up, then a new batch for every round
 TRAIN_MODES = ("fp32", "bf16_loss", "bf16_gemm", "bf16")  # what training's auto times, least changed first
 DECODE_MODES = ("fp32", "bf16")
 Pass = Callable[[], None]  # one timed unit of work: a training pass, or a few decoder steps
@@ -122,14 +126,16 @@ def medians(rounds: dict[str, list[float]]) -> dict[str, float]:
 
 
 class Rounds(dict):
-    """Seconds per mode, one per timed round (a ``dict[str, list[float]]``), and which
-    rounds were redone because other processes took the cores (``redone``), or ran on busy
-    cores even so (``busy``)."""
+    """Seconds per mode, one per timed round (a ``dict[str, list[float]]``), which rounds
+    were redone because other processes took the cores (``redone``) or ran on busy cores
+    even so (``busy``), and the comparison whose disagreeing rounds made the probe run more
+    than :data:`PROBE_ROUNDS` (``extended``, e.g. ``"bf16_gemm against bf16_loss"``)."""
 
     def __init__(self, modes: Sequence[str]) -> None:
         super().__init__({m: [] for m in modes})
         self.redone: list[str] = []
         self.busy: list[str] = []
+        self.extended = ""
 
 
 def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
@@ -150,6 +156,11 @@ def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
     A round during which another process took the cores (seq2seq.contention) is redone,
     up to :data:`BUSY_REDOS` times in all: busy cores slow every mode many times over, and
     some far more than others, so such a round can favour a mode that loses on free cores.
+
+    After :data:`PROBE_ROUNDS` rounds, while a comparison of :func:`_pick`'s ladder is
+    undecided (its rounds fall on both sides of its margin, :func:`undecided`), rounds are
+    added, up to :data:`MAX_PROBE_ROUNDS`: where two modes differ by about the margin, the
+    median of three noisy rounds picks either.
     """
     passes = [passes] if callable(passes) else list(passes)
     sizes = list(sizes) if sizes is not None else [1.0] * len(passes)
@@ -159,7 +170,11 @@ def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
         with applied(of_name(mode), device):
             timed(passes[0], device)
     judged = contention.measurable(device)
-    while (r := len(times[modes[0]])) < PROBE_ROUNDS:
+    while (r := len(times[modes[0]])) < MAX_PROBE_ROUNDS:
+        if r >= PROBE_ROUNDS:
+            if not (why := undecided(times)):
+                break
+            times.extended = times.extended or why
         tried = r + len(times.redone)  # a redone round runs a new pass too, where there is one
         i = 1 + tried % (len(passes) - 1) if len(passes) > 1 else 0
         meter, got = contention.Meter(), {}
@@ -180,7 +195,7 @@ def probe_rounds(passes: Pass | Sequence[Pass], device: torch.device,
 
 
 def _median(values: Sequence[float]) -> float:
-    return sorted(values)[len(values) // 2]
+    return statistics.median(values)
 
 
 def choose(name: str, device: torch.device, passes: Pass | Sequence[Pass],
@@ -213,15 +228,40 @@ def speedup(rounds: dict[str, list[float]], base: str, mode: str) -> float:
     return _median(ratios) if ratios else 0.0
 
 
+def _margin(mode: str) -> float:
+    """How many times faster than the best so far ``mode`` must run to be kept."""
+    return MIN_SPEEDUP if mode == "bf16" else MIN_LOSS_SPEEDUP
+
+
+def _ladder(rounds: dict[str, list[float]]) -> Iterator[tuple[str, str, bool]]:
+    """Each comparison of the rule: (best so far, the next mode, whether it is kept), the
+    next mode kept when it is faster than the best so far by its margin (:func:`speedup`)."""
+    best = "fp32"
+    for mode in (m for m in TRAIN_MODES[1:] if m in rounds):
+        kept = speedup(rounds, best, mode) >= _margin(mode)
+        yield best, mode, kept
+        best = mode if kept else best
+
+
+def undecided(rounds: dict[str, list[float]]) -> str:
+    """The first comparison of the rule whose rounds disagree, some of the mode's ratios to
+    the best so far over its margin and some under (``"bf16_gemm against bf16_loss"``),
+    or ``""`` when every round agrees with every decision."""
+    for best, mode, _ in _ladder(rounds):
+        above = [b / t >= _margin(mode)
+                 for b, t in zip(rounds[best], rounds[mode], strict=True) if t > 0]
+        if any(above) and not all(above):
+            return f"{mode} against {best}"
+    return ""
+
+
 def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
     """From the probe's per-round seconds per mode: each further change of precision is
     kept only when it is clearly faster (:func:`speedup`) than the best so far."""
-    margins = {"bf16_loss": MIN_LOSS_SPEEDUP, "bf16_gemm": MIN_LOSS_SPEEDUP, "bf16": MIN_SPEEDUP}
     seconds = medians(rounds)
     best = "fp32"
-    for mode in (m for m in TRAIN_MODES[1:] if m in rounds):
-        if speedup(rounds, best, mode) >= margins[mode]:
-            best = mode
+    for _, mode, kept in _ladder(rounds):
+        best = mode if kept else best
     took = ", ".join(f"{seconds[m] * 1e3:.0f} ms in {m}" for m in seconds)
     if "bf16_loss" in seconds:
         ratios = ", ".join(f"{m} x{speedup(rounds, 'fp32', m):.2f}" for m in rounds if m != "fp32")
@@ -237,8 +277,12 @@ def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
 
 
 def _busy_note(rounds: dict[str, list[float]]) -> str:
-    """What :func:`probe_rounds` redid or kept on busy cores, for the log line."""
+    """Why :func:`probe_rounds` ran more rounds, and what it redid or kept on busy cores,
+    for the log line."""
     note = ""
+    if extended := getattr(rounds, "extended", ""):
+        note += (f"; {len(next(iter(rounds.values())))} rounds: the first {PROBE_ROUNDS} "
+                 f"disagreed on {extended}")
     if redone := getattr(rounds, "redone", []):
         note += f"; redone on busy cores: {', '.join(redone)}"
     if busy := getattr(rounds, "busy", []):

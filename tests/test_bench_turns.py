@@ -129,6 +129,7 @@ def test_paired_rounds_with_joeynmt_on_the_tiny_corpus(tiny_corpus, tmp_path):
     rec = res["paired"]["arms"]["bahdanau"]
     assert len(rec["ratios"]) == 2 and all(r > 0 for r in rec["ratios"])
     assert [len(p) for p in rec["pair_ratios"]] == [3, 3]  # one per timed group and window
+    assert len(rec["precision"]) == 2 and all(p.startswith("fp32") for p in rec["precision"])
     for ours, joey, ratio in zip(rec["ours"], rec["joey"], rec["ratios"], strict=True):
         assert ratio == pytest.approx(ours / joey)
     assert rec["median_ratio"] == pytest.approx(sum(rec["ratios"]) / 2)

@@ -103,7 +103,7 @@ def test_the_probe_gives_up_redoing_and_says_so(monkeypatch) -> None:
     script = [True] * (precision.PROBE_ROUNDS + precision.BUSY_REDOS)
     choice, ran = _probe(monkeypatch, script)
     n = len(precision.TRAIN_MODES)
-    assert ran == [p for p in range(precision.PROBE_BATCHES) for _ in range(n)]
+    assert ran == [p for p in range(1 + precision.PROBE_ROUNDS + precision.BUSY_REDOS) for _ in range(n)]
     assert choice.reason.count("(the process got 30%") == precision.PROBE_ROUNDS + precision.BUSY_REDOS
     assert "still on busy cores" in choice.reason and "train.threads=1" in choice.reason
 

@@ -313,3 +313,54 @@ def test_auto_compares_modes_within_each_round() -> None:
               "bf16_gemm": [1.0, 2.0, 3.0], "bf16": [1.0, 2.0, 3.0]}
     choice = precision._pick(steady, "a pass")
     assert choice.name == "bf16_loss" and "bf16_loss x1.20" in choice.reason
+
+
+def test_undecided_names_the_first_comparison_whose_rounds_disagree() -> None:
+    agree = {"fp32": [1.0] * 3, "bf16_loss": [0.9] * 3, "bf16_gemm": [0.8, 0.82, 0.84],
+             "bf16": [0.85] * 3}
+    assert precision.undecided(agree) == ""
+    # bf16_gemm over bf16_loss: x1.125, x1.02, x1.0 against its x1.05
+    split = {**agree, "bf16_gemm": [0.8, 0.88, 0.9]}
+    assert precision.undecided(split) == "bf16_gemm against bf16_loss"
+    # bf16_gemm dropped (median x1.02), so bf16 is judged against bf16_loss: x1.2, x1.0, x1.2
+    split["bf16"] = [0.75, 0.9, 0.75]
+    assert precision.undecided({**split, "bf16_gemm": [0.9] * 3}) == "bf16 against bf16_loss"
+    assert precision.undecided({"fp32": [1.0, 1.0], "bf16": [0.8, 0.9]}) == "bf16 against fp32"
+
+
+def test_the_probe_adds_rounds_where_the_first_ones_disagree(monkeypatch) -> None:
+    """bf16_gemm runs x1.2 faster than bf16_loss on every batch but the first timed one,
+    where it ties: three rounds would pick by one noisy round (median x1.2 here, but a
+    second tie would drop it); the probe runs MAX_PROBE_ROUNDS rounds, each on a new
+    batch, and the median of all keeps bf16_gemm. Rounds that agree stop at three."""
+    ran: list[tuple[int, str]] = []
+
+    def make(i: int):
+        def one_pass() -> None:
+            ran.append((i, _mode()))
+            tie = i == 1
+            one_pass.seconds = {"fp32": 1.0, "bf16_loss": 0.8, "bf16": 0.78,
+                                "bf16_gemm": 0.8 if tie else 0.8 / 1.2}[_mode()]
+        return one_pass
+
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device: True)
+    monkeypatch.setattr(precision, "timed", lambda step, device: (step(), step.seconds)[1])
+    passes = [make(i) for i in range(precision.PROBE_BATCHES)]
+    choice = precision.choose("auto", CPU, passes)
+    n = len(precision.TRAIN_MODES)
+    assert ran == [(p, m) for p in range(precision.MAX_PROBE_ROUNDS + 1)
+                   for m in _rotated(p)]
+    assert choice.name == "bf16_gemm"
+    assert (f"{precision.MAX_PROBE_ROUNDS} rounds: the first {precision.PROBE_ROUNDS} "
+            "disagreed on bf16_gemm against bf16_loss") in choice.reason
+    ran.clear()
+    steady = [make(i + 1) for i in range(precision.PROBE_BATCHES)]  # no tie at all
+    choice = precision.choose("auto", CPU, steady)
+    assert len(ran) == n * (1 + precision.PROBE_ROUNDS) and "disagreed" not in choice.reason
+
+
+def _rotated(p: int) -> list[str]:
+    """The modes in the order the probe runs them on pass ``p`` (0: the warm-up)."""
+    modes = list(precision.TRAIN_MODES)
+    r = (p - 1) % len(modes)
+    return modes if p == 0 else modes[r:] + modes[:r]
