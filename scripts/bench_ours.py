@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from bench_turns import ENV as TURNS_ENV  # noqa: E402
 from bench_turns import Turns  # noqa: E402
 
-from seq2seq import contention, precision  # noqa: E402
+from seq2seq import contention, native, precision  # noqa: E402
 from seq2seq.corpus import (  # noqa: E402
     batching,  # noqa: E402
     corpus_dir,
@@ -332,6 +332,9 @@ def _measure(run: Run, bench: BenchData, arm: str, settings: dict[str, Any],
         row["train"] = time_training(run, batches, settings["warmup"], settings["repeats"],
                                      settings["per_repeat"], turns, settings.get("warm_turns", 1))
         row.update(count_flops(run, batches[0]))
+        # the C kernels' timed choices of this process: a row slower than its twin in another
+        # process may have taken another path
+        row["native"] = native.status()
         if settings.get("profile", 0):
             row["profile"] = profile_steps(run, batches[-settings["profile"]:])
     if settings.get("decode", True):  # off the route, as seq2seq-translate and -evaluate decode

@@ -75,13 +75,17 @@ def patch_joey_trainer(trainer: Any, turns: Turns) -> None:
 
 def hook_joey() -> None:
     """Called by bench_joey's wrapper before JoeyNMT starts. With BENCH_TURNS set, it waits
-    for its first turn (JoeyNMT's start-up and first, untimed, window) and pairs the rest."""
+    for its first turn (JoeyNMT's start-up and first, untimed, window) and pairs the rest.
+
+    JoeyNMT is imported only once that turn comes: importing it (torch and its own modules)
+    takes seconds of CPU, which would otherwise run beside our first turn, where our child's
+    start-up probes time the precisions and GEMM routes it then trains with."""
     folder = os.environ.get(ENV)
     if folder:
-        from joeynmt.training import TrainManager
-
         turns = Turns(folder)
         turns.take()
+        from joeynmt.training import TrainManager
+
         patch_joey_trainer(TrainManager, turns)
 
 

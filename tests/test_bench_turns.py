@@ -41,7 +41,7 @@ json.dump(log, open({out!r}, "w"))
 # JoeyNMT's side: hook_joey (first turn at start-up) and a TrainManager whose
 # train_and_validate restarts each window's clock right after _log_scores, as JoeyNMT 2.3.0's
 JOEY = """
-import json, os, sys, time, types
+import importlib.util, json, os, sys, time, types
 sys.path.insert(0, {scripts!r})
 import bench_turns
 class TrainManager:
@@ -53,8 +53,21 @@ class TrainManager:
             start = time.time()
     def _log_scores(self, elapsed, t0, t1):
         self.windows.append([elapsed, t0, t1])
-sys.modules["joeynmt"] = types.ModuleType("joeynmt")
-sys.modules["joeynmt.training"] = types.SimpleNamespace(TrainManager=TrainManager)
+class Finder:  # records whether "joeynmt.training" is imported before the first turn came
+    def find_spec(self, name, path=None, target=None):
+        if name != "joeynmt.training":
+            return None
+        go0 = os.path.exists(os.path.join(os.environ["BENCH_TURNS"], "go.0"))
+        json.dump(go0, open({imported!r}, "w"))
+        return importlib.util.spec_from_loader(name, self)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        module.TrainManager = TrainManager
+package = types.ModuleType("joeynmt")
+package.__path__ = []
+sys.modules["joeynmt"] = package
+sys.meta_path.insert(0, Finder())
 bench_turns.hook_joey()
 tm = TrainManager(); tm.train_and_validate()
 json.dump(tm.windows, open({out!r}, "w"))
@@ -73,10 +86,13 @@ def test_children_take_turns_and_joey_windows_exclude_the_waits(tmp_path):
     ours = _child(tmp_path, "ours", OURS.format(scripts=str(SCRIPTS), warm=warm, repeats=repeats,
                                                 out=str(tmp_path / "ours.json")))
     joey = _child(tmp_path, "joey", JOEY.format(scripts=str(SCRIPTS), windows=warm + repeats,
-                                                out=str(tmp_path / "joey.json")))
+                                                out=str(tmp_path / "joey.json"),
+                                                imported=str(tmp_path / "imported.json")))
     order = []
     bench_turns.conduct(ours, joey, warm + repeats, on_turn=lambda n, t, s: order.append((n, t)))
     assert order == [x for t in range(warm + repeats) for x in (("ours", t), ("joey", t))]
+    # JoeyNMT is imported in its own first turn, not beside our start-up
+    assert json.loads((tmp_path / "imported.json").read_text()) is True
     groups = json.loads((tmp_path / "ours.json").read_text())
     windows = json.loads((tmp_path / "joey.json").read_text())
     assert len(groups) == repeats and len(windows) == warm + repeats

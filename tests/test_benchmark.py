@@ -122,6 +122,10 @@ def test_mkl_rows_force_the_default_gemm_route(tiny_corpus, tmp_path):
     assert main["fp32_gemm"] == ("grid" if gemm.available() else "default")
     assert res["ours"]["luong+dnnloss"]["fp32_gemm"] == ("onednn" if gemm.available() else "default")
     assert mkl["fp32_gemm"] == "default" and "greedy" not in mkl
+    from seq2seq import native
+    if native.available():  # each timed choice of the C kernels, as the row's process made it
+        assert " thread" in main["native"] and ("kernel (" in main["native"]
+                                                or "torch (" in main["native"])
     assert mkl["fraction_of_matmul"] == pytest.approx(
         mkl["achieved_flops_per_s"] / res["matmul"]["fp32_flops_per_s"])
     if gemm.available():
