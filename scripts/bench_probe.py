@@ -65,7 +65,7 @@ def probe_arm(arm: str, how: str, threads: int, data: list[str], batch_tokens: i
     return {"arm": arm, "how": how, "threads": threads, "cpu": cpu_description(),
             "fp32_gemm": route.name, "bf16_native": bf16_supported(run.device), "seconds": seconds,
             "rounds": rounds, "redone_on_busy_cores": rounds.redone, "still_busy": rounds.busy,
-            "more_rounds_for": rounds.extended,
+            "more_rounds_for": rounds.extended, "more_rounds": precision.more_rounds_note(rounds),
             "speedup_over_fp32": {m: precision.speedup(rounds, "fp32", m) for m in rounds},
             "chosen": precision._pick(rounds, "a training pass").name}
 
@@ -83,9 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     ms = ", ".join(f"{m} {s * 1e3:.0f} ms" for m, s in rec["seconds"].items())
     ratios = ", ".join(f"{m} x{r:.2f}" for m, r in rec["speedup_over_fp32"].items() if m != "fp32")
     print(f"{rec['arm']} ({rec['how']}): {ms}; over fp32: {ratios} -> auto picks {rec['chosen']}")
-    if rec["more_rounds_for"]:
-        print(f"{len(rec['rounds']['fp32'])} rounds: the first {precision.PROBE_ROUNDS} "
-              f"disagreed on {rec['more_rounds_for']}")
+    if rec["more_rounds"]:
+        print(rec["more_rounds"])
     for key in ("redone_on_busy_cores", "still_busy"):
         if rec[key]:
             print(f"{key.replace('_', ' ')}: {', '.join(rec[key])}")

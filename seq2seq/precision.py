@@ -224,8 +224,13 @@ def speedup(rounds: dict[str, list[float]], base: str, mode: str) -> float:
     """How many times faster ``mode`` ran than ``base``: the median over the probe's
     rounds of their ratio within a round (both ran the same batch, seconds apart, so a
     machine whose speed drifts, or a batch of another size, moves both alike)."""
-    ratios = [b / t for b, t in zip(rounds[base], rounds[mode], strict=True) if t > 0]
+    ratios = _ratios(rounds, base, mode)
     return _median(ratios) if ratios else 0.0
+
+
+def _ratios(rounds: dict[str, list[float]], base: str, mode: str) -> list[float]:
+    """``base``'s time over ``mode``'s in each round (rounds where ``mode`` took no time left out)."""
+    return [b / t for b, t in zip(rounds[base], rounds[mode], strict=True) if t > 0]
 
 
 def _margin(mode: str) -> float:
@@ -248,8 +253,7 @@ def undecided(rounds: dict[str, list[float]]) -> str:
     the best so far over its margin and some under (``"bf16_gemm against bf16_loss"``),
     or ``""`` when every round agrees with every decision."""
     for best, mode, _ in _ladder(rounds):
-        above = [b / t >= _margin(mode)
-                 for b, t in zip(rounds[best], rounds[mode], strict=True) if t > 0]
+        above = [ratio >= _margin(mode) for ratio in _ratios(rounds, best, mode)]
         if any(above) and not all(above):
             return f"{mode} against {best}"
     return ""
@@ -276,13 +280,19 @@ def _pick(rounds: dict[str, list[float]], what: str) -> Choice:
                    f"{per_round}{_busy_note(rounds)})")
 
 
+def more_rounds_note(rounds: dict[str, list[float]]) -> str:
+    """"7 rounds: the first 3 disagreed on bf16_gemm against bf16_loss" where
+    :func:`probe_rounds` ran more than :data:`PROBE_ROUNDS` rounds, else ``""``."""
+    if not (extended := getattr(rounds, "extended", "")):
+        return ""
+    return (f"{len(next(iter(rounds.values())))} rounds: the first {PROBE_ROUNDS} "
+            f"disagreed on {extended}")
+
+
 def _busy_note(rounds: dict[str, list[float]]) -> str:
     """Why :func:`probe_rounds` ran more rounds, and what it redid or kept on busy cores,
     for the log line."""
-    note = ""
-    if extended := getattr(rounds, "extended", ""):
-        note += (f"; {len(next(iter(rounds.values())))} rounds: the first {PROBE_ROUNDS} "
-                 f"disagreed on {extended}")
+    note = f"; {more}" if (more := more_rounds_note(rounds)) else ""
     if redone := getattr(rounds, "redone", []):
         note += f"; redone on busy cores: {', '.join(redone)}"
     if busy := getattr(rounds, "busy", []):
