@@ -138,13 +138,15 @@ class _StepScores(torch.autograd.Function):
     Autograd's backward of bmm(K, q) forms grad q = Kᵀ g as a bmm over a transposed
     (B, Q, S) view, which torch's CPU kernels run much slower than the same product
     written g (B, 1, S) · K (B, S, Q); in a Luong training step the difference shows
-    (docs/performance.md#luong-step-scores-with-a-hand-written-backward).
+    (docs/performance.md#luong-step-scores-with-a-hand-written-backward). The forward
+    has the same trap the other way round: K (B, S, Q) · q (B, Q, 1), one matrix-vector
+    product per sentence, runs several times slower than q (B, 1, Q) · Kᵀ (B, Q, S).
     """
 
     @staticmethod
     def forward(ctx, keys: Tensor, q: Tensor) -> Tensor:
         ctx.save_for_backward(keys, q)
-        return torch.bmm(keys, q.unsqueeze(2)).squeeze(2)
+        return torch.bmm(q.unsqueeze(1), keys.transpose(1, 2)).squeeze(1)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
