@@ -187,3 +187,37 @@ def test_the_gates_choice_can_be_made_without_grad_mode(monkeypatch):
         out = gru_gates(gi, gh, h)
     assert "gru_gates with gradients on 1 thread" in native._chosen
     torch.testing.assert_close(out, _GRUGates.apply(gi, gh, h, False), rtol=1e-5, atol=1e-6)
+
+
+def test_input_feeding_readout_forms_its_weight_gradient_once():
+    """Luong's readout runs at every step of the loop (input feeding); its weight's
+    gradient is one product after the loop (Readout.in_loop), not one per step."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from seq2seq.config import AttentionConfig, ModelConfig
+    from seq2seq.constants import BOS_ID
+    from seq2seq.model import build_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_size=8, hidden_size=5, attention=AttentionConfig(name="luong"))
+    model = build_model(cfg, 17, 17)
+    shape = model.decoder.readout.proj.weight.shape  # (5, 15): no other weight has it
+    gen = torch.Generator().manual_seed(0)
+    src, tgt = (torch.randint(4, 17, (3, n), generator=gen) for n in (7, 6))
+    tgt_in = torch.cat([torch.full((3, 1), BOS_ID), tgt[:, :-1]], dim=1)
+
+    class Products(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm) \
+                    and out.shape == shape:
+                Products.count += 1
+            return out
+
+    loss = model(src, torch.tensor([7, 7, 7]), tgt_in, targets=tgt)
+    with Products():
+        loss.backward()
+    assert model.decoder.attention.feeds_input and Products.count == 1
+    assert model.decoder.readout.proj.weight.grad is not None

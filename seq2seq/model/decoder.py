@@ -38,6 +38,7 @@ from seq2seq.constants import PAD_ID
 from seq2seq.model import bf16_gemm
 from seq2seq.model.attention import Attention, AttentionMemory
 from seq2seq.model.decoder_rnn import LoopRNN, StackedRNN, pack_steps
+from seq2seq.model.deferred import LoopLinear
 from seq2seq.model.dropout import Dropout
 from seq2seq.model.loss import linear_cross_entropy
 
@@ -99,7 +100,18 @@ class Readout(nn.Module):
 
     def forward(self, parts: list[Tensor]) -> Tensor:
         """parts: tensors (..., d_i) -> (..., out_size)."""
-        z = bf16_gemm.linear(torch.cat(parts, dim=-1), self.proj.weight, self.proj.bias)
+        return self._activate(bf16_gemm.linear(torch.cat(parts, dim=-1), self.proj.weight,
+                                               self.proj.bias))
+
+    def in_loop(self, rows: list[int]) -> Callable[[list[Tensor]], Tensor]:
+        """The same function for the steps of a loop that runs ``rows`` (T,) rows each
+        (input feeding reads it at every step): each step's parts (rows_t, d_i) ->
+        (rows_t, out_size), its weight's gradient formed once after the loop, not one
+        thin product per step (seq2seq/model/deferred.py)."""
+        proj = LoopLinear(self.proj.weight, rows, bias=self.proj.bias)
+        return lambda parts: self._activate(proj(torch.cat(parts, dim=-1)))
+
+    def _activate(self, z: Tensor) -> Tensor:
         if self.maxout:
             return z.unflatten(-1, (-1, 2)).amax(dim=-1)
         return torch.tanh(z)
@@ -189,10 +201,13 @@ class Decoder(nn.Module):
         return t, self.embedding.weight, self.out_bias
 
     def _advance(self, emb: Tensor, state: DecoderState, memory: AttentionMemory,
-                 loop: LoopRNN | None = None) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
+                 loop: LoopRNN | None = None,
+                 readout: Callable[[list[Tensor]], Tensor] | None = None
+                 ) -> tuple[Tensor, Tensor, Tensor, DecoderState]:
         """One step without the output layer: emb (B, E) -> s_t (B, H), c_t (B, C),
         weights (B, S) and the new state (whose feed is t_t when input feeding).
-        ``loop``: the RNN of a teacher-forced loop, which has emb's product already."""
+        ``loop``, ``readout``: the RNN and the readout of a teacher-forced loop (the RNN
+        has emb's product already; both defer their weights' gradients)."""
         att = self.attention
         rest = []
         if att.query_before_rnn:
@@ -208,12 +223,13 @@ class Decoder(nn.Module):
         s = hidden[-1]
         if not att.query_before_rnn:
             context, weights = att(s, memory)
-        feed = self._readout(s, emb, context) if att.feeds_input else None
+        feed = self._readout(s, emb, context, readout) if att.feeds_input else None
         return s, context, weights, DecoderState(hidden, cell, feed)
 
-    def _readout(self, s: Tensor, emb: Tensor, context: Tensor) -> Tensor:
+    def _readout(self, s: Tensor, emb: Tensor, context: Tensor,
+                 readout: Callable[[list[Tensor]], Tensor] | None = None) -> Tensor:
         parts = [s, context, emb] if self.reads_embedding else [s, context]
-        return self.readout(parts)
+        return (readout or self.readout)(parts)
 
     def step(self, y_prev: Tensor, state: DecoderState, memory: AttentionMemory
              ) -> tuple[Tensor, DecoderState, Tensor]:
@@ -308,11 +324,12 @@ class Decoder(nn.Module):
         # a (B, E) or (B, T, E) block each
         packed = pack_steps(emb, per_step)
         loop = LoopRNN(self.rnn, packed, per_step)
+        readout = self.readout.in_loop(per_step) if self.attention.feeds_input else None
         for i, emb_i in enumerate(packed.split(per_step)):
             if per_step[i] < rows:
                 rows = per_step[i]
                 state, step_memory = state.head(rows), memory.head(rows)
-            s, context, w, state = self._advance(emb_i, state, step_memory, loop)
+            s, context, w, state = self._advance(emb_i, state, step_memory, loop, readout)
             out = state.feed if state.feed is not None else s
             parts = (out, context, w, emb_i)
             if keep is not None and keep[i] < rows:
