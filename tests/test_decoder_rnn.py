@@ -1,6 +1,7 @@
 """The decoder RNN of the teacher-forced step loop (seq2seq/model/decoder_rnn.py) against
 torch's cells: the GRU gates (torch ops and the C kernels), the weights' gradients formed
-once after the loop (LoopLinear), bf16 autocast, and that no batch outlives its step."""
+once after the loop (LoopLinear; the input-feeding readout's too), bf16 autocast, and
+that no batch outlives its step."""
 
 from __future__ import annotations
 
