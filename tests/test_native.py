@@ -148,12 +148,12 @@ def test_the_loss_rows_refuse_targets_outside_the_vocabulary():
 def test_linear_cross_entropy_through_the_kernel_equals_torchs(monkeypatch):
     """The whole fused loss with the kernel forced on against the torch path forced on:
     loss and the gradients of x, W and b."""
-    from seq2seq.model.loss import linear_cross_entropy
+    from seq2seq.model.loss import CHUNK_ROWS, linear_cross_entropy
 
     gen = torch.Generator().manual_seed(6)
-    x = torch.randn(300, 32, generator=gen)  # two chunks, the second partial
+    x = torch.randn(CHUNK_ROWS + 44, 32, generator=gen)  # two chunks, the second partial
     w, b = torch.randn(700, 32, generator=gen) / 4, torch.randn(700, generator=gen)
-    target = torch.randint(0, 700, (300,), generator=gen)
+    target = torch.randint(0, 700, (x.size(0),), generator=gen)
     results, calls = [], []
     kernel = native.cross_entropy_rows
     monkeypatch.setattr(native, "cross_entropy_rows", lambda *a: calls.append(1) or kernel(*a))
