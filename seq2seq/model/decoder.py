@@ -12,17 +12,17 @@ feed = t_{t-1} when the attention ``feeds_input`` (Luong's h~_{t-1}). The readou
 reads emb when the attention asks for a deep output (Bahdanau, none) and the model
 config allows it.
 
-Speed: the teacher-forced forward runs the logits, and the readout unless input
-feeding needs it at every step, once over all steps after the loop; when the RNN input does not depend on the RNN output (no
-input feeding, and a query-free attention or a query taken after the RNN) the RNN
-runs as one fused nn.GRU/nn.LSTM call and attention as one batched matmul. In the
-step loop, the gradients of the encoder states (and Luong's keys) are summed once after
-the loop (``Attention.loop_memory``, seq2seq/model/deferred.py), as are the weights' of the
-RNN and of an input-feeding readout (``LoopRNN``, ``Readout.in_loop``), and in training each step
-runs only the sentences whose target has not ended (``_packed_loop``; under CPU bf16 their
-count rounded up to a multiple of 16, ``row_grid``). Training calls ``loss``:
-the output layer and the cross-entropy fused in chunks over real tokens only
-(seq2seq/model/loss.py), never an (N, V) logits tensor.
+Speed: the teacher-forced forward runs the logits, and the readout unless input feeding
+needs it at every step, once over all steps after the loop; when the RNN input does not
+depend on the RNN output (no input feeding, and a query-free attention or a query taken
+after the RNN) the RNN runs as one fused nn.GRU/nn.LSTM call and attention as one
+batched matmul. In the step loop, the gradients of the encoder states (and Luong's keys)
+are summed once after the loop (``Attention.loop_memory``, seq2seq/model/deferred.py),
+as are the weights' of the RNN and of an input-feeding readout (``LoopRNN``,
+``Readout.in_loop``), and in training each step runs only the sentences whose target has
+not ended (``_packed_loop``; under CPU bf16 their count rounded up to a multiple of 16,
+``row_grid``). Training calls ``loss``: the output layer and the cross-entropy fused in
+chunks over real tokens only (seq2seq/model/loss.py), never an (N, V) logits tensor.
 """
 
 from __future__ import annotations
