@@ -29,7 +29,7 @@ def reproduce_cfg(*overrides: str):
 
 
 # ------------------------------------------------------------------ arm configs
-@pytest.mark.parametrize("profile", ["quick", "paper"])
+@pytest.mark.parametrize("profile", ["quick", "long", "paper"])
 def test_arms_share_everything_but_attention_and_length_cap(profile: str, tmp_path) -> None:
     cfg = reproduce_cfg(f"profile={profile}", f"reproduce.out_dir={tmp_path}")
     arms = arms_mod.arm_configs(cfg)
@@ -62,12 +62,30 @@ def test_profiles_set_the_published_sizes() -> None:
     assert paper.reproduce.arms["RNNsearch-30"].baseline == "RNNencdec-30"
 
 
+def test_long_profile_is_the_quick_recipe_with_twice_the_minutes() -> None:
+    quick = OmegaConf.to_container(reproduce_cfg(), resolve=True)
+    long = OmegaConf.to_container(reproduce_cfg("profile=long"), resolve=True)
+    assert (quick["train"]["max_minutes"], long["train"]["max_minutes"]) == (15, 30)
+    assert long["reproduce"]["out_dir"] == long["run_dir"] == "runs/reproduce_long"
+    assert (quick["reproduce"]["longer_profile"], long["reproduce"]["longer_profile"]) == ("long", "")
+    assert "30 minutes" in long["reproduce"]["budget_note"]
+    for cfg in (quick, long):  # everything else is the same recipe, arms and evaluation
+        cfg["train"].pop("max_minutes")
+        cfg.pop("run_dir")
+        for key in ("profile", "out_dir", "budget_note", "longer_profile"):
+            cfg["reproduce"].pop(key)
+    assert long == quick
+
+
 def test_bad_arms_are_config_errors(tmp_path) -> None:
     cfg = reproduce_cfg(f"reproduce.out_dir={tmp_path}", "reproduce.arms.luong.attention=lstm")
     with pytest.raises(ConfigError, match="use one of"):
         arms_mod.arm_configs(cfg)
     with pytest.raises(ConfigError, match="is not an arm"):
         reproduce_cfg("reproduce.arms.luong.baseline=nobody")
+    with pytest.raises(ConfigError, match=r"longer_profile='longest' is not a profile: use one of "
+                                          r"\['long', 'paper', 'quick'\]"):
+        reproduce_cfg("reproduce.longer_profile=longest")
 
 
 # ------------------------------------------------------------------ resume logic
@@ -203,6 +221,16 @@ def test_report_opens_with_the_verdict_in_plain_words(synthetic_results) -> None
     assert "**bahdanau: the bottleneck does not show.**" in text.split("## What was run")[0]
     assert "does not fall away on long sentences" in text
     assert "*About this budget:* 12 minutes cannot show it." in text.split("## What was run")[0]
+    # the quick profile names its longer one, with the steps the arms that missed took
+    assert ("Training steps in this budget: bahdanau 10, luong 10. The `long` profile trains "
+            "every arm longer on the same recipe: `seq2seq-reproduce profile=long`") in text
+    flat["config"]["reproduce"]["longer_profile"] = ""
+    assert "Training steps in this budget" not in render_report(flat)
+    # the arm that shows the effect is not named; over seeds the steps are a range
+    flat["config"]["reproduce"]["longer_profile"] = "long"
+    flat["splits"]["test"]["trends"]["none"]["bahdanau"]["p_value"] = 0.001
+    flat["arms"]["luong"]["per_seed"] = {"1": {"steps": 1751}, "2": {"steps": 1910}}
+    assert "Training steps in this budget: luong 1,751-1,910. The `long`" in render_report(flat)
 
 
 def test_report_has_every_section(synthetic_results) -> None:

@@ -5,8 +5,10 @@ fixed choices are checked by OmegaConf against :mod:`seq2seq.config.schema`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from seq2seq.config.schema import CONFIG_DIR
 from seq2seq.constants import MAX_BEAM
 from seq2seq.errors import ConfigError
 
@@ -90,6 +92,10 @@ def validate_reproduce(cfg: Any) -> None:
                f"reproduce.arms.{name}.baseline={arm.baseline!r} is not an arm; "
                f"use one of {list(arms)} or ''")
     check(len(cfg.reproduce.splits) > 0, "reproduce.splits is empty: evaluate on at least test")
+    longer = cfg.reproduce.longer_profile
+    profiles = sorted(p.stem for p in (Path(CONFIG_DIR) / "profile").glob("*.yaml"))
+    check(not longer or longer in profiles,
+           f"reproduce.longer_profile={longer!r} is not a profile: use one of {profiles} or ''")
 
 
 def validate_translate(cfg: Any) -> None:

@@ -330,6 +330,9 @@ class ReproduceConfig:
     seeds: list[int] = field(default_factory=list)
     # the profile's own words on what its budget can and cannot show (report's first paragraph)
     budget_note: str = ""
+    # a profile (configs/profile/<name>.yaml) with more training per arm, named by the
+    # report when an attention arm's length effect does not show; "" = none
+    longer_profile: str = ""
 
 
 @dataclass

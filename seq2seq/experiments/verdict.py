@@ -88,10 +88,31 @@ def verdict_paragraph(results: Mapping[str, Any]) -> list[str]:
             lines += ["In this run attention is better at every length, but the fixed-vector "
                       "arm does not fall away on long sentences as in Bahdanau et al.'s Figure 2. "
                       "`bleu_by_length_over_time.png` shows whether it was starting to.", ""]
+        missed = [arm for (arm, _), (_, shows) in zip(arms, sentences, strict=True) if not shows]
+        lines += _longer_profile(results, missed)
     note = results.get("config", {}).get("reproduce", {}).get("budget_note")
     if note:
         lines += [f"*About this budget:* {note}", ""]
     return lines
+
+
+def steps_text(arm: Mapping[str, Any]) -> str:
+    """The training steps an arm took: "1,751", or over seeds "1,751-1,910"."""
+    steps = [s["steps"] for s in arm.get("per_seed", {}).values()] or [arm["steps"]]
+    low, high = min(steps), max(steps)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def _longer_profile(results: Mapping[str, Any], missed: list[str]) -> list[str]:
+    """The sentence naming the profile with more training per arm (the profile's
+    ``longer_profile``) when an attention arm's length effect did not show."""
+    longer = results.get("config", {}).get("reproduce", {}).get("longer_profile")
+    if not missed or not longer or longer == results.get("profile"):
+        return []
+    took = ", ".join(f"{arm} {steps_text(results['arms'][arm])}" for arm in missed)
+    return [f"Training steps in this budget: {took}. The `{longer}` profile trains every arm "
+            f"longer on the same recipe: `seq2seq-reproduce profile={longer}` "
+            f"(configs/profile/{longer}.yaml says what it showed, and where).", ""]
 
 
 def per_seed_table(results: Mapping[str, Any]) -> list[str]:
