@@ -212,7 +212,7 @@ def test_a_model_profile_sets_our_sizes_and_its_batch(tmp_path):
     explicit = benchmark.parse_args(["--no-joey", "--model-profile", "paper", "--batch-tokens", "500"])
     assert explicit.batch_tokens == 500
     assert benchmark.parse_args(["--no-joey"]).batch_tokens == 3000
-    with pytest.raises(ConfigError, match="'papr'.*use one of paper, quick"):
+    with pytest.raises(ConfigError, match="'papr'.*use one of long, paper, quick"):
         benchmark.parse_args(["--model-profile", "papr"])
 
 

@@ -328,11 +328,8 @@ class ReproduceConfig:
     # the report gives mean ± sd per bucket and tests pooled across seeds (seq2seq/experiments/seeds.py);
     # [] = one run per arm with train.seed, in arms/<name>/
     seeds: list[int] = field(default_factory=list)
-    # the profile's own words on what its budget can and cannot show (report's first paragraph)
-    budget_note: str = ""
-    # a profile (configs/profile/<name>.yaml) with more training per arm, named by the
-    # report when an attention arm's length effect does not show; "" = none
-    longer_profile: str = ""
+    budget_note: str = ""  # the profile's words on what its budget can show (report's top)
+    longer_profile: str = ""  # a profile with more training per arm, named when an arm misses
 
 
 @dataclass
