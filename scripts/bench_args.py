@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import bench_onmt
 import bench_ours
@@ -12,6 +13,9 @@ import torch
 
 from seq2seq.errors import ConfigError
 from seq2seq.model import gemm
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def parse_args(argv: list[str] | None = None, doc: str = "") -> argparse.Namespace:
@@ -116,22 +120,32 @@ def apply_model_profile(args: argparse.Namespace) -> None:
     given; without it the batch is 3,000 target tokens."""
     from omegaconf import OmegaConf
 
-    from seq2seq.config import CONFIG_DIR
-
     batch_tokens = 3000
     if args.model_profile:
-        path = Path(CONFIG_DIR) / "profile" / f"{args.model_profile}.yaml"
-        if not path.is_file():
-            names = sorted(f.stem for f in path.parent.glob("*.yaml"))
-            raise ConfigError(f"--model-profile {args.model_profile!r}: no {path}; use one of "
-                              f"{', '.join(names)}")
-        profile = OmegaConf.load(path)
+        profile = load_profile(args.model_profile, "--model-profile")
         model = OmegaConf.to_container(profile.get("model", {}))
         args.data = [*(f"model.{k}={str(v).lower() if isinstance(v, bool) else v}"
                        for k, v in model.items()), *args.data]
         batch_tokens = int(profile.get("train", {}).get("batch_tokens", batch_tokens))
     if args.batch_tokens is None:
         args.batch_tokens = batch_tokens
+
+
+def load_profile(name: str, option: str) -> DictConfig:
+    """configs/profile/<name>.yaml with the profiles its defaults list names merged under it
+    (configs/profile/long.yaml is quick's with its own keys on top), as Hydra composes it."""
+    from omegaconf import OmegaConf
+
+    from seq2seq.config import CONFIG_DIR, group_options
+
+    path = Path(CONFIG_DIR) / "profile" / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{option} {name!r}: no {path}; use one of "
+                          f"{', '.join(group_options('profile'))}")
+    profile = OmegaConf.load(path)
+    parents = [load_profile(d, f"{path}'s defaults:") for d in profile.pop("defaults", [])
+               if d != "_self_"]
+    return OmegaConf.merge(*parents, profile)
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -214,6 +214,11 @@ def test_a_model_profile_sets_our_sizes_and_its_batch(tmp_path):
     assert benchmark.parse_args(["--no-joey"]).batch_tokens == 3000
     with pytest.raises(ConfigError, match="'papr'.*use one of long, paper, quick"):
         benchmark.parse_args(["--model-profile", "papr"])
+    # a profile built on another (long.yaml's defaults: [quick]) has that one's sizes
+    quick = benchmark.parse_args(["--no-joey", "--model-profile", "quick"])
+    long = benchmark.parse_args(["--no-joey", "--model-profile", "long"])
+    assert "model.dropout=0.2" in quick.data and "model.hidden_size=256" in quick.data
+    assert (long.data, long.batch_tokens) == (quick.data, quick.batch_tokens) == (quick.data, 3000)
 
 
 def test_joey_on_a_gpu_and_from_another_python(tmp_path, monkeypatch):

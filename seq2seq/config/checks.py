@@ -93,9 +93,15 @@ def validate_reproduce(cfg: Any) -> None:
                f"use one of {list(arms)} or ''")
     check(len(cfg.reproduce.splits) > 0, "reproduce.splits is empty: evaluate on at least test")
     longer = cfg.reproduce.longer_profile
-    profiles = sorted(p.stem for p in (Path(CONFIG_DIR) / "profile").glob("*.yaml"))
+    profiles = group_options("profile")
     check(not longer or longer in profiles,
            f"reproduce.longer_profile={longer!r} is not a profile: use one of {profiles} or ''")
+
+
+def group_options(group: str) -> list[str]:
+    """The options of config group ``group`` (e.g. "profile", "model/attention"): the names
+    of its configs/<group>/*.yaml files, sorted."""
+    return sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
 
 
 def validate_translate(cfg: Any) -> None:

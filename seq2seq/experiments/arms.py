@@ -21,7 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq import atomic, runtime
-from seq2seq.config import BOOKKEEPING_KEYS, Config
+from seq2seq.config import BOOKKEEPING_KEYS, Config, group_options
 from seq2seq.config import CONFIG_DIR as CONFIG_DIR_NAME
 from seq2seq.errors import ConfigError
 from seq2seq.runs.checkpoint import LAST
@@ -39,9 +39,8 @@ def attention_group(name: str) -> DictConfig:
     folder = CONFIG_DIR / "model" / "attention"
     path = folder / f"{name}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
         raise ConfigError(f"reproduce arm attention {name!r} has no configs/model/attention/"
-                          f"{name}.yaml: use one of {known}")
+                          f"{name}.yaml: use one of {group_options('model/attention')}")
     return OmegaConf.load(path)
 
 
