@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -111,37 +109,6 @@ def test_bf16_products_equal_the_bf16_input_path_and_stay_near_fp32(monkeypatch,
     torch.testing.assert_close(out, ref, rtol=2e-2, atol=0)
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=5e-2 * float(want.abs().max()))
-
-
-@pytest.mark.parametrize("kernels", [True, False])
-def test_fp32_chunks_add_the_bias_in_the_softmax_part(monkeypatch, kernels):
-    """fp32 logits are a product without the bias (mm, not addmm, which would first copy
-    the bias into every row of the chunk's output); the softmax part adds it, in the C
-    kernel or torch's ops, and loss and gradients are those of linear + cross_entropy."""
-    from seq2seq import native
-
-    monkeypatch.setattr(fused, "CHUNK_ROWS", 4)
-    x, w, b, y = _fp32_inputs(10)
-    ref = F.cross_entropy(F.linear(x.double(), w.double(), b.double()), y, reduction="sum",
-                          label_smoothing=0.1)
-    ref_grads = torch.autograd.grad(ref, (x, w, b))
-    calls = []
-
-    class Products(torch.utils._python_dispatch.TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            products = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
-            if func in products and out.size(1) == w.size(0):  # logits (rows, V)
-                calls.append(func)
-            return out
-
-    with native.disabled() if not kernels else contextlib.nullcontext(), Products():
-        out = fused.linear_cross_entropy(x, w, b, y, 0.1)
-    grads = torch.autograd.grad(out, (x, w, b))
-    assert calls == [torch.ops.aten.mm.default] * 3  # chunks of 4, 4 and 2 rows
-    torch.testing.assert_close(out.double(), ref, rtol=1e-6, atol=1e-6)
-    for got, want in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(got.double(), want.double(), rtol=1e-5, atol=1e-6)
 
 
 def test_bf16_products_leave_fp64_alone():

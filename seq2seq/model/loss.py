@@ -81,23 +81,19 @@ def _chunk_loss(logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tenso
 
 def _softmax_part(logits: Tensor, target: Tensor, smoothing: float,
                   grad_dtype: torch.dtype | None, grad_b: Tensor | None,
-                  out: Tensor | None = None, bias: Tensor | None = None
-                  ) -> tuple[Tensor, Tensor | None]:
-    """One chunk's logits (n, V), plus ``bias`` (V,) when given -> its summed loss and,
-    with ``grad_dtype``, the gradient of the logits softmax - (1-ε) onehot - ε/V in that
-    dtype (also added to ``grad_b``; written into ``out``, (n, V) contiguous, when given).
+                  out: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """One chunk's logits (n, V) -> its summed loss and, with ``grad_dtype``, the gradient
+    of the logits softmax - (1-ε) onehot - ε/V in that dtype (also added to ``grad_b``;
+    written into ``out``, (n, V) contiguous, when given).
 
     The fused C kernel (seq2seq/native) where it is built and timed faster: one read of
-    the logits instead of the bias add, fp32 copy, log-softmax, exp and casts below.
+    the logits instead of the fp32 copy, log-softmax, exp and casts below.
     """
     if logits.device.type == "cpu" \
             and native.choose(f"cross_entropy_rows/{logits.dtype}", _loss_trial(logits.dtype)):
-        fast = native.cross_entropy_rows(logits, target, smoothing, grad_dtype, grad_b, out,
-                                         bias)
+        fast = native.cross_entropy_rows(logits, target, smoothing, grad_dtype, grad_b, out)
         if fast is not None:
             return fast
-    if bias is not None:
-        logits = logits + bias
     loss, grad = _torch_softmax_part(logits, target, smoothing, grad_dtype, grad_b)
     if out is not None and grad is not None:
         grad = out.copy_(grad)
@@ -127,13 +123,9 @@ def _loss_trial(dtype: torch.dtype) -> Callable[[], tuple[Callable[[], object],
         gen = torch.Generator().manual_seed(0)  # the global RNG stream stays untouched
         logits = (4 * torch.randn(CHUNK_ROWS, 8000, generator=gen)).to(dtype)
         target = torch.randint(0, 8000, (CHUNK_ROWS,), generator=gen)
-        grad_b = torch.zeros(8000)
-        # fp32 chunks bring the output layer's bias along (_chunked), bf16 ones do not
-        bias = torch.randn(8000, generator=gen) if dtype == torch.float32 else None
-        return (lambda: _torch_softmax_part(logits if bias is None else logits + bias,
-                                            target, 0.1, dtype, grad_b),
-                lambda: native.cross_entropy_rows(logits, target, 0.1, dtype, grad_b,
-                                                  bias=bias))
+        bias = torch.zeros(8000)
+        return (lambda: _torch_softmax_part(logits, target, 0.1, dtype, bias),
+                lambda: native.cross_entropy_rows(logits, target, 0.1, dtype, bias))
     return trial
 
 
@@ -155,10 +147,6 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
         grad_w = torch.zeros_like(weight)
         grad_b = None if bias is None else torch.zeros_like(bias)
     xs = x.to(dtype)  # one cast of all rows, not one per chunk
-    # Not in low precision, the bias is added where the softmax part reads the logits:
-    # F.linear's addmm would first copy it into every row of the (chunk, V) output. In
-    # bf16 the product adds it in fp32 before the logits round, so it stays there.
-    fold = b is not None and dtype not in (torch.bfloat16, torch.float16)
     for start in range(0, x.size(0), CHUNK_ROWS):
         xc, tc = xs[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
         rows = xc.size(0)
@@ -169,9 +157,8 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             xc = torch.cat([xc, xc.new_zeros(CHUNK_ROWS - rows, xc.size(1))])
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
-            loss, g = _softmax_part(F.linear(xc, w, None if fold else b)[:rows], tc,
-                                    smoothing, dtype if with_grads else None, grad_b,
-                                    bias=b if fold else None)
+            loss, g = _softmax_part(F.linear(xc, w, b)[:rows], tc, smoothing,
+                                    dtype if with_grads else None, grad_b)
             total += loss
             if g is None:
                 continue

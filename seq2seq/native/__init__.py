@@ -84,8 +84,8 @@ def _load() -> ctypes.CDLL | None:
                                                          _I64, _P, _P, _P, ctypes.c_int,
                                                          ctypes.c_int]
                 lib.additive_scores_backward.restype = None
-                lib.cross_entropy_rows.argtypes = [_P, ctypes.c_int, _P, _I64, _I64, _P, _F, _P,
-                                                   _P, ctypes.c_int, _P, _P, ctypes.c_int]
+                lib.cross_entropy_rows.argtypes = [_P, ctypes.c_int, _I64, _I64, _P, _F, _P, _P,
+                                                   ctypes.c_int, _P, _P, ctypes.c_int]
                 lib.cross_entropy_rows.restype = None
                 lib.vocab_topk.argtypes = [_P, _I64, _I64, _I64, _P, _I64, ctypes.c_int, _P, _P,
                                            ctypes.c_int]
@@ -239,21 +239,19 @@ def additive_scores_backward(q2: Tensor, keys: Tensor, v: Tensor, grad: Tensor,
 
 def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
                        grad_dtype: torch.dtype | None, grad_bias: Tensor | None = None,
-                       grad_out: Tensor | None = None, bias: Tensor | None = None
-                       ) -> tuple[Tensor, Tensor | None] | None:
+                       grad_out: Tensor | None = None) -> tuple[Tensor, Tensor | None] | None:
     """The fused loss's softmax part (seq2seq/model/loss.py) for logits (n, V), fp32 or
-    bf16, plus ``bias`` (V,) fp32 when given, and targets (n,): the summed cross-entropy
-    (0-dim fp32, torch's label smoothing) and, with ``grad_dtype``, its gradient softmax -
-    (1-ε) onehot - ε/V as (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias``
-    (V,) fp32 when given, written into ``grad_out`` (contiguous, (n, V), grad_dtype) when
-    given. None where the kernel does not apply."""
+    bf16, and targets (n,): the summed cross-entropy (0-dim fp32, torch's label
+    smoothing) and, with ``grad_dtype``, its gradient softmax - (1-ε) onehot - ε/V as
+    (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias`` (V,) fp32 when given,
+    written into ``grad_out`` (contiguous, (n, V), grad_dtype) when given.
+    None where the kernel does not apply."""
     lib = _lib()
     ok_dtypes = (torch.float32, torch.bfloat16)
     if lib is None or logits.device.type != "cpu" or logits.dim() != 2 \
             or logits.dtype not in ok_dtypes or grad_dtype not in (*ok_dtypes, None) \
-            or any(t is not None and (t.dtype != torch.float32 or not t.is_contiguous()
-                                      or t.shape != logits.shape[1:])
-                   for t in (grad_bias, bias)):
+            or (grad_bias is not None and (grad_bias.dtype != torch.float32
+                                           or not grad_bias.is_contiguous())):
         return None
     n, width = logits.shape
     x = logits.contiguous()
@@ -272,8 +270,7 @@ def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
     # the bias's gradient sums over rows: one block adds into it, several into a sum each
     sums = None if grad is None or grad_bias is None else \
         grad_bias.unsqueeze(0) if parts == 1 else torch.zeros(parts, width)
-    lib.cross_entropy_rows(_ptr(x), int(x.dtype == torch.bfloat16),
-                           0 if bias is None else _ptr(bias), n, width, _ptr(y),
+    lib.cross_entropy_rows(_ptr(x), int(x.dtype == torch.bfloat16), n, width, _ptr(y),
                            float(smoothing), _ptr(rows), 0 if grad is None else _ptr(grad),
                            int(grad_dtype == torch.bfloat16), 0 if sums is None else _ptr(sums),
                            _ptr(work), parts)

@@ -254,30 +254,17 @@ static inline u16 f32_to_bf16(float f) { /* round to nearest even, as torch's .t
     return (u16)(u >> 16);
 }
 
-/* Row r of logits (N, V), fp32 or bf16, in fp32, plus bias (V,) unless that is NULL:
- * in buf (V,) unless it is an fp32 row with no bias to add. */
-static const float *biased_row(const void *m, i64 r, i64 V, int is_bf16, const float *bias,
-                               float *buf) {
-    const float *x = widen_row(m, r, V, is_bf16, buf);
-    if (!bias)
-        return x;
-    for (i64 i = 0; i < V; i++)
-        buf[i] = x[i] + bias[i];
-    return buf;
-}
-
-/* The fused loss's softmax part for rows of logits z (N, V), fp32 or bf16 (in_bf16), plus
- * bias (V,) fp32 unless that is NULL (so that the output layer's product needs no bias
- * copy): per row with lse = log sum exp z and label smoothing eps, loss_rows[r] =
- * (1-eps)(lse - z_y) + eps (lse - mean z) (torch's cross_entropy), and, unless grad is
- * NULL, the gradient softmax(z) - (1-eps) onehot(y) - eps/V written to grad (N, V) in fp32
- * or bf16 (grad_bf16) and added to grad_b (V,) unless that is NULL. One read of the
- * logits, one write of the gradient; work is a caller-provided (V,) fp32 buffer. */
-static void cross_entropy_block(const void *logits, int in_bf16, const float *bias, i64 N,
-                                i64 V, const i64 *target, float eps, float *loss_rows,
-                                void *grad, int grad_bf16, float *grad_b, float *work) {
+/* The fused loss's softmax part for rows of logits (N, V), fp32 or bf16 (in_bf16): per row
+ * with lse = log sum exp z and label smoothing eps, loss_rows[r] = (1-eps)(lse - z_y) +
+ * eps (lse - mean z) (torch's cross_entropy), and, unless grad is NULL, the gradient
+ * softmax(z) - (1-eps) onehot(y) - eps/V written to grad (N, V) in fp32 or bf16
+ * (grad_bf16) and added to grad_b (V,) unless that is NULL. One read of the logits,
+ * one write of the gradient; work is a caller-provided (V,) fp32 buffer. */
+static void cross_entropy_block(const void *logits, int in_bf16, i64 N, i64 V,
+                                const i64 *target, float eps, float *loss_rows, void *grad,
+                                int grad_bf16, float *grad_b, float *work) {
     for (i64 r = 0; r < N; r++) {
-        const float *x = biased_row(logits, r, V, in_bf16, bias, work);
+        const float *x = widen_row(logits, r, V, in_bf16, work);
         float mx = row_max(x, V), total = 0.0f;
         for (i64 i = 0; i < V; i++)
             total += x[i];
@@ -464,7 +451,6 @@ void additive_scores_backward(const float *q2, const float *keys, const float *v
 struct loss_args {
     const char *logits;
     int in_bf16;
-    const float *bias;
     i64 V;
     const i64 *target;
     float eps;
@@ -477,7 +463,7 @@ struct loss_args {
 static void loss_block(const void *p, i64 lo, i64 hi, int b) {
     const struct loss_args *a = p;
     i64 in_size = a->in_bf16 ? 2 : 4, grad_size = a->grad_bf16 ? 2 : 4;
-    cross_entropy_block(a->logits + lo * a->V * in_size, a->in_bf16, a->bias, hi - lo, a->V,
+    cross_entropy_block(a->logits + lo * a->V * in_size, a->in_bf16, hi - lo, a->V,
                         a->target + lo, a->eps, a->loss_rows + lo,
                         a->grad ? a->grad + lo * a->V * grad_size : 0, a->grad_bf16,
                         a->grad_b ? a->grad_b + b * a->V : 0, a->work + b * a->V);
@@ -485,11 +471,11 @@ static void loss_block(const void *p, i64 lo, i64 hi, int b) {
 
 /* The fused loss's softmax part, as cross_entropy_block, with rows in `blocks` blocks;
  * grad_b (blocks, V): block b adds its rows' gradient sums into row b; work (blocks, V). */
-void cross_entropy_rows(const void *logits, int in_bf16, const float *bias, i64 N, i64 V,
-                        const i64 *target, float eps, float *loss_rows, void *grad,
-                        int grad_bf16, float *grad_b, float *work, int blocks) {
-    struct loss_args a = {logits, in_bf16, bias, V, target, eps, loss_rows, grad, grad_bf16,
-                          grad_b, work};
+void cross_entropy_rows(const void *logits, int in_bf16, i64 N, i64 V, const i64 *target,
+                        float eps, float *loss_rows, void *grad, int grad_bf16, float *grad_b,
+                        float *work, int blocks) {
+    struct loss_args a = {logits, in_bf16, V, target, eps, loss_rows, grad, grad_bf16, grad_b,
+                          work};
     run_blocks(loss_block, &a, N, blocks);
 }
 
