@@ -14,6 +14,11 @@ fp32's. Runs already finished in ``--out`` are read, not trained again, so a sto
 measurement continues where it was. ``--jobs 2`` trains two runs side by side with one thread
 each: the losses, not the speed, are measured here. Writes ``parity.json`` (commands, CPU,
 per-arm losses) and prints a Markdown table; exits 1 when an arm is outside the tolerance.
+
+Each process times some paths at start-up (the fp32 GEMM route, the C kernels against torch's
+ops) and they round differently, so a pair whose two processes took different paths differs
+by more than the precision: the table and ``parity.json`` name such paths, from each run's
+``summary.json`` (docs/performance.md#the-large-products-in-bf16, stop 57).
 """
 
 from __future__ import annotations
@@ -59,6 +64,26 @@ def dev_loss_at(metrics: Path, step: int) -> float | None:
     return None
 
 
+def kernel_paths(run_dir: Path) -> dict[str, str] | None:
+    """The paths a finished run's process timed and took (its ``summary.json``): the fp32
+    GEMM route and each native kernel's choice. None for a run without them."""
+    summary = run_dir / "summary.json"
+    if not summary.exists():
+        return None
+    record = json.loads(summary.read_text())
+    if "native_choices" not in record:
+        return None
+    return {"fp32 GEMMs": record.get("fp32_gemm", ""), **record["native_choices"]}
+
+
+def differing(a: dict[str, str] | None, b: dict[str, str] | None) -> list[str] | None:
+    """The paths two runs both timed but took differently (None: not known for both).
+    Each path rounds differently, so such a pair differs by more than its precision."""
+    if a is None or b is None:
+        return None
+    return [f"{k}: {a[k]} / {b[k]}" for k in sorted(a.keys() & b.keys()) if a[k] != b[k]]
+
+
 def compare(fp32: float, other: float, tolerance: float, name: str = "bf16") -> dict[str, Any]:
     """The record of one arm: both losses (the other under ``name``), the other's relative
     difference, and whether it is within."""
@@ -72,11 +97,13 @@ def _run(cmd: list[str], log: Path) -> int:
 
 
 def table(arms: dict[str, dict[str, Any]], steps: int, tolerance: float, name: str = "bf16") -> str:
-    lines = [f"| arm | dev loss fp32 | dev loss {name} | {name} - fp32 | within {tolerance:.0%} |",
-             "|---|---|---|---|---|"]
+    lines = [f"| arm | dev loss fp32 | dev loss {name} | {name} - fp32 | within {tolerance:.0%} "
+             "| timed paths (fp32 / other) |", "|---|---|---|---|---|---|"]
     for arm, r in arms.items():
+        paths = r.get("paths_differ")
+        said = "not recorded" if paths is None else "; ".join(paths) if paths else "the same"
         lines.append(f"| {arm} | {r['fp32']:.4f} | {r[name]:.4f} | {r['relative']:+.2%} | "
-                     f"{'yes' if r['within'] else 'NO'} |")
+                     f"{'yes' if r['within'] else 'NO'} | {said} |")
     return f"dev loss after {steps} steps\n\n" + "\n".join(lines)
 
 
@@ -134,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = {a: compare(losses[a, "fp32"], losses[a, args.precision], args.tolerance,
                          args.precision) for a in arms}
+    for a, r in result.items():
+        r["paths"] = {p: kernel_paths(runs[a, p]) for p in ("fp32", args.precision)}
+        r["paths_differ"] = differing(*r["paths"].values())
+        if r["paths_differ"]:
+            print(f"{a}: the two runs' processes timed different paths "
+                  f"({'; '.join(r['paths_differ'])}), so their difference is not the precision's "
+                  "alone (to try again: delete one of the two run folders in --out)", file=sys.stderr)
     record = {"steps": args.steps, "seed": args.seed, "tolerance": args.tolerance,
               "precision": args.precision,
               "threads_per_run": threads, "cpu": cpu_description(), "arms": result,

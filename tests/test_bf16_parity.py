@@ -51,9 +51,11 @@ def test_its_overrides_train_and_validate_at_the_last_step(tiny_train_overrides,
     assert bf16_parity.dev_loss_at(run / "metrics.csv", 4) is not None
 
 
-def _fake_training(monkeypatch, losses: dict[str, float], exit_code: int = 0) -> list[str]:
+def _fake_training(monkeypatch, losses: dict[str, float], exit_code: int = 0,
+                   paths: dict[str, dict[str, str]] | None = None) -> list[str]:
     """seq2seq-train replaced by a script writing metrics.csv with the given dev loss per
-    precision; returns the list of the runs trained (by the log each one writes)."""
+    precision (and a summary.json with ``paths[precision]`` as its native choices, on the
+    oneDNN route); returns the list of the runs trained (by the log each one writes)."""
     calls: list[str] = []
     run = bf16_parity._run
 
@@ -64,7 +66,11 @@ def _fake_training(monkeypatch, losses: dict[str, float], exit_code: int = 0) ->
     def command(arm, precision, steps, seed, threads, run_dir, extra):
         code = (f"import pathlib; d = pathlib.Path({str(run_dir)!r}); d.mkdir(exist_ok=True); "
                 f"(d / 'metrics.csv').write_text({HEADER!r} + '{steps},0,,0.001,,,"
-                f"{losses[precision]},1,1,1\\n'); raise SystemExit({exit_code})")
+                f"{losses[precision]},1,1,1\\n'); ")
+        if paths is not None:
+            summary = json.dumps({"fp32_gemm": "onednn", "native_choices": paths[precision]})
+            code += f"(d / 'summary.json').write_text({summary!r}); "
+        code += f"raise SystemExit({exit_code})"
         return [sys.executable, "-c", code]
 
     monkeypatch.setattr(bf16_parity, "train_command", command)
@@ -80,7 +86,7 @@ def test_verdict_json_and_reuse_of_finished_runs(monkeypatch, tmp_path, capsys):
     record = json.loads((out / "parity.json").read_text())
     assert set(record["arms"]) == {"none", "luong"}
     assert record["arms"]["luong"]["bf16"] == pytest.approx(3.02) and record["arms"]["luong"]["within"]
-    assert "cpu" in record and "| luong | 3.0000 | 3.0200 | +0.67% | yes |" in capsys.readouterr().out
+    assert "cpu" in record and "| luong | 3.0000 | 3.0200 | +0.67% | yes | not recorded |" in capsys.readouterr().out
     assert sorted(calls) == ["luong bf16", "luong fp32", "none bf16", "none fp32"]
     calls.clear()  # a second call finds every run finished and trains nothing
     assert bf16_parity.main(["--arms", "none,luong", "--steps", "10", "--out", str(out)]) == 0
@@ -90,7 +96,7 @@ def test_verdict_json_and_reuse_of_finished_runs(monkeypatch, tmp_path, capsys):
 def test_an_arm_outside_the_tolerance_fails(monkeypatch, tmp_path, capsys):
     _fake_training(monkeypatch, {"fp32": 3.0, "bf16": 3.1})
     assert bf16_parity.main(["--arms", "none", "--steps", "10", "--out", str(tmp_path)]) == 1
-    assert "| none | 3.0000 | 3.1000 | +3.33% | NO |" in capsys.readouterr().out
+    assert "| none | 3.0000 | 3.1000 | +3.33% | NO | not recorded |" in capsys.readouterr().out
 
 
 def test_a_failed_training_names_its_log(monkeypatch, tmp_path, capsys):
@@ -123,4 +129,30 @@ def test_bf16_loss_is_compared_with_the_same_fp32_runs(monkeypatch, tmp_path, ca
     assert calls == ["none bf16 loss"]
     record = json.loads((out / "parity.json").read_text())
     assert record["precision"] == "bf16_loss" and record["arms"]["none"]["bf16_loss"] == 2.97
-    assert "| none | 3.0000 | 2.9700 | -1.00% | yes |" in capsys.readouterr().out
+    assert "| none | 3.0000 | 2.9700 | -1.00% | yes | not recorded |" in capsys.readouterr().out
+
+
+def test_a_pair_whose_processes_timed_different_paths_is_named(monkeypatch, tmp_path, capsys):
+    """Each process times its kernel paths; a pair that took different ones is flagged in
+    the table, parity.json and on stderr, with the paths only one run timed left out."""
+    loop = "encoder GRU loop 256->256 x2 on 1 thread"
+    _fake_training(monkeypatch, {"fp32": 3.0, "bf16": 3.01}, paths={
+        "fp32": {loop: "torch", "gru_gates with gradients on 1 thread": "kernel"},
+        "bf16": {loop: "kernel", "gru_gates with gradients on 1 thread": "kernel",
+                 "cross_entropy_rows/torch.bfloat16 on 1 thread": "kernel"}})
+    assert bf16_parity.main(["--arms", "luong", "--steps", "10", "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    said = f"{loop}: torch / kernel"
+    assert f"| luong | 3.0000 | 3.0100 | +0.33% | yes | {said} |" in out
+    assert "not the precision's alone" in err and said in err
+    record = json.loads((tmp_path / "parity.json").read_text())["arms"]["luong"]
+    assert record["paths_differ"] == [said]
+    assert record["paths"]["fp32"]["fp32 GEMMs"] == "onednn"
+
+
+def test_a_pair_on_the_same_paths_says_so(monkeypatch, tmp_path, capsys):
+    same = {"encoder GRU loop 256->256 x2 on 1 thread": "kernel"}
+    _fake_training(monkeypatch, {"fp32": 3.0, "bf16": 2.99}, paths={"fp32": same, "bf16": same})
+    assert bf16_parity.main(["--arms", "none", "--steps", "10", "--out", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "| none | 3.0000 | 2.9900 | -0.33% | yes | the same |" in out and err == ""

@@ -150,6 +150,8 @@ def test_cli_trains_into_a_self_contained_run_folder(tiny_train_overrides, tmp_p
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 6 and summary["stop_reason"] == "max_steps=6"
     assert summary["mean_tgt_tok_per_s"] > 0 and summary["attention"] == "luong"
+    # the timed kernel paths this process took (none where the kernels are not built)
+    assert set(summary["native_choices"].values()) <= {"kernel", "torch"}
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.model.attention.name == "luong" and saved.run_dir == str(run_dir)
     rows = read_metrics(run_dir)

@@ -212,6 +212,14 @@ def decide_grid(loss: Choice, measured: dict[str, dict[str, float]]) -> Choice:
     return Choice(True, f"{loss.reason}; the rest on the oneDNN grid ({figures})", grid=True)
 
 
+def named(name: str, reason: str) -> Choice:
+    """The route whose :attr:`Choice.name` is ``name`` (grid, onednn or default): what a
+    resumed run keeps from its start."""
+    if name not in ROUTES[1:]:
+        raise ValueError(f"no fp32 GEMM route {name!r}: {', '.join(ROUTES[1:])}")
+    return Choice(name != "default", reason, grid=name == "grid")
+
+
 def for_bf16(route: Choice, device: torch.device) -> Choice:
     """``route`` for a run whose products are bf16 (training under bf16 autocast): the
     fp32 grid off (no fp32 products are left for it), and the bf16 products as they are

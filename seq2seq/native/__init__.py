@@ -41,8 +41,8 @@ from torch import Tensor
 
 from seq2seq.native import build
 
-__all__ = ["additive_scores", "additive_scores_backward", "available", "choose",
-           "cross_entropy_rows", "disabled", "gru_gates", "gru_gates_backward", "status",
+__all__ = ["additive_scores", "additive_scores_backward", "available", "choices", "choose",
+           "cross_entropy_rows", "disabled", "gru_gates", "gru_gates_backward", "keep", "status",
            "vocab_topk"]
 
 MIN_BLOCK = 65536  # elements a thread's block of rows covers at least: fewer cost more to hand out
@@ -120,6 +120,20 @@ def status() -> str:
     _load()
     parts = [str(_state["why"])] + [why for _, why in _chosen.values()]
     return "; ".join(parts)
+
+
+def choices() -> dict[str, str]:
+    """Each choice made so far, "kernel" or "torch", by its name (with the thread count).
+    A run's summary keeps them: the paths round differently, so two runs of one seed
+    train alike only where these agree."""
+    return {name: "kernel" if use else "torch" for name, (use, _) in _chosen.items()}
+
+
+def keep(kept: dict[str, str]) -> None:
+    """Take the paths of :func:`choices` (a resumed run's, from its checkpoint) without
+    timing them again; a choice not in ``kept`` is still timed when first asked for."""
+    for name, path in kept.items():
+        _chosen[name] = (path == "kernel", f"{name}: {path} (kept from the run's start)")
 
 
 @contextmanager

@@ -72,10 +72,14 @@ def resolve_precision(run: Run, batches: list[batching.Batch]) -> precision.Choi
 
 def choose_gemm(run: Run) -> gemm.Choice:
     """The route of the fp32 GEMMs (MKL, oneDNN or its grid, :mod:`seq2seq.model.gemm`),
-    measured again on every start: it changes speed, not results, so a resumed run need
-    not keep it."""
-    shapes, step = chunk_shapes(run.model), gemm.step_probe(run.model)
-    choice = distributed.on_main(lambda: gemm.choose(run.device, shapes, step))
+    measured at the run's start. The routes round differently, and a new timing may pick
+    another on a near tie, so a resumed run on a CPU keeps its start's route."""
+    kept = run.progress.fp32_gemm
+    if kept and run.device.type == "cpu" and (kept == "default" or gemm.available()):
+        choice = gemm.named(kept, f"{kept} (kept from the run's start)")
+    else:
+        shapes, step = chunk_shapes(run.model), gemm.step_probe(run.model)
+        choice = distributed.on_main(lambda: gemm.choose(run.device, shapes, step))
     run.progress.fp32_gemm = choice.name
     run.log.info("fp32 GEMMs: %s", choice.reason)
     return choice
@@ -184,6 +188,7 @@ def save(run: Run, name: str) -> None:
     if not distributed.is_main():
         return
     vocab = {"src": run.tokenizers.src.vocab_size, "tgt": run.tokenizers.tgt.vocab_size}
+    run.progress.native_choices = native.choices()
     ckpt = make_checkpoint(run.model, run.optimizer, run.scheduler, asdict(run.progress), run.cfg,
                            vocab, run.identity)
     ckpt["rng_per_rank"] = rngs
@@ -345,6 +350,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "precision": p.precision,
         "fp32_gemm": p.fp32_gemm,
         "bf16_gemm": p.bf16_gemm,
+        "native_choices": native.choices(),  # two runs of a seed agree only where these do
         **distributed.batch_record(run.cfg.train.batch_tokens),
     }
 

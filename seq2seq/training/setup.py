@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seq2seq import precision, runtime
+from seq2seq import native, precision, runtime
 from seq2seq.corpus import batching, corpus_dir, load_corpus
 from seq2seq.corpus.tokenizer import Tokenizers, load_or_train
 from seq2seq.errors import ConfigError
@@ -58,8 +58,11 @@ class Progress:
     src_tokens: int = 0
     stop_reason: str = ""
     precision: str = ""  # fp32 | bf16 | bf16_loss | bf16_gemm as resolved at the start (auto measures)
-    fp32_gemm: str = ""  # grid | onednn | default: this start's route for fp32 GEMMs (seq2seq.model.gemm)
+    fp32_gemm: str = ""  # grid | onednn | default: the route for fp32 GEMMs (seq2seq.model.gemm), kept on resume
     bf16_gemm: str = ""  # grid | as_is in bf16 training, else "": the same for bf16 products
+    # the C kernels' timed paths (seq2seq.native.choices): they round differently from
+    # torch's ops, so a resumed run takes its start's paths, not a new timing's
+    native_choices: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,6 +152,7 @@ def _setup_claimed(cfg: DictConfig, device: torch.device) -> Run:
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         run.progress = Progress(**{**ckpt["progress"], "stop_reason": ""})
+        native.keep(run.progress.native_choices)
         per_rank = ckpt.get("rng_per_rank") or []
         run.rank_rng_restored = len(per_rank) == distributed.world_size()
         # another number of processes (or an older checkpoint): rank 0's stream
