@@ -262,12 +262,9 @@ def choose(device: torch.device, shapes: tuple[Shape, ...] | None,
     if device.type != "cpu" or not available():
         return DEFAULT if name != "onednn" else Choice(
             False, f"default: {ENV}=onednn ignored, {device} has no oneDNN matmul route")
-    if name == "default":
-        return Choice(False, f"default (MKL), {ENV}=default")
-    if name == "onednn":
-        return Choice(True, f"oneDNN for the loss chunks, {ENV}=onednn")
-    if name == "grid":
-        return Choice(True, f"oneDNN for the loss chunks and the grid for the rest, {ENV}=grid",
-                      grid=True)
+    forced_because = {"default": "default (MKL)", "onednn": "oneDNN for the loss chunks",
+                      "grid": "oneDNN for the loss chunks and the grid for the rest"}
+    if name in forced_because:
+        return named(name, f"{forced_because[name]}, {ENV}={name}")
     loss = decide(measure(shapes))
     return decide_grid(loss, measure_grid(step)) if step and loss.onednn else loss
