@@ -15,10 +15,11 @@ measurement continues where it was. ``--jobs 2`` trains two runs side by side wi
 each: the losses, not the speed, are measured here. Writes ``parity.json`` (commands, CPU,
 per-arm losses) and prints a Markdown table; exits 1 when an arm is outside the tolerance.
 
-Each process times some paths at start-up (the fp32 GEMM route, the C kernels against torch's
-ops) and they round differently, so a pair whose two processes took different paths differs
-by more than the precision: the table and ``parity.json`` name such paths, from each run's
-``summary.json`` (docs/performance.md#the-large-products-in-bf16, stop 57).
+A process would time some paths at start-up (the fp32 GEMM route, the C kernels against
+torch's ops), and they round differently, so a pair whose two processes took different paths
+would differ by more than the precision. Every run here trains with ``train.deterministic=true``
+(those paths fixed, not timed); the table and ``parity.json`` still name any path a pair took
+differently, from each run's ``summary.json`` (docs/performance.md#the-large-products-in-bf16).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def train_command(arm: str, precision: str, steps: int, seed: int, threads: int,
             f"train.valid_every={steps}", "train.valid_at_epoch_end=false",
             "train.max_epochs=1000", "train.max_minutes=0", "train.lr_schedule=constant",
             "train.patience=0", "train.max_src_words=30", "train.valid_bleu_sentences=500",
-            "train.device=cpu", "train.overwrite=true", f"run_dir={run_dir}", *extra]
+            "train.device=cpu", "train.deterministic=true", "train.overwrite=true",
+            f"run_dir={run_dir}", *extra]
 
 
 def dev_loss_at(metrics: Path, step: int) -> float | None:

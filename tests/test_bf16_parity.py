@@ -39,7 +39,7 @@ def test_the_runs_differ_only_in_precision():
     assert [a for a in fp32 if a not in bf16] == ["train.precision=fp32"]
     assert [a for a in bf16 if a not in fp32] == ["train.precision=bf16"]
     assert {"model/attention=luong_deep", "train.seed=7", "train.max_steps=1000",
-            "train.valid_every=1000", "x=1"} <= set(fp32)
+            "train.valid_every=1000", "train.deterministic=true", "x=1"} <= set(fp32)
 
 
 def test_its_overrides_train_and_validate_at_the_last_step(tiny_train_overrides, tmp_path):

@@ -37,6 +37,9 @@ def validate(cfg: Any) -> None:
     check(0.0 < t.lr_decay < 1.0, f"train.lr_decay={t.lr_decay} must be in (0, 1): the factor "
            "the plateau schedule multiplies the learning rate by")
     check(t.threads >= 0, f"train.threads={t.threads} must be >= 0 (0 = all cores)")
+    check(not (t.deterministic and t.precision == "auto"), "train.deterministic=true needs a "
+          "fixed train.precision: auto times the machine and another run may pick another one "
+          "(set train.precision=fp32, bf16, bf16_loss or bf16_gemm)")
     check(t.save_every_minutes >= 0, f"train.save_every_minutes={t.save_every_minutes} must "
            "be >= 0 (0 = at validations only)")
     check(0.0 <= t.label_smoothing < 1.0, f"train.label_smoothing={t.label_smoothing} must be in [0, 1)")

@@ -176,8 +176,9 @@ class TrainConfig:
     # fp32; bf16 autocast; bf16_loss: only the output layer + loss in bf16; bf16_gemm: those
     # and the other large products (bf16 only where the device has it native, else fp32)
     precision: TrainPrecision = TrainPrecision.fp32
-    # CPU: treat denormal floats as zero in every thread (runtime.flush_denormals); early
-    # in training the backward through the recurrences is full of them, slow on x86
+    # fixed kernel paths and fp32 GEMM route, not timed ones: a seed's runs agree to the bit
+    deterministic: bool = False
+    # CPU: denormals read as zero in every thread (runtime.flush_denormals): slow, and common early on
     flush_denormals: bool = True
     batch_tokens: int = 3000  # target tokens per batch (padding excluded)
     max_src_words: int = 50  # pairs longer than this (source words) are not trained on

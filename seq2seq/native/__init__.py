@@ -12,7 +12,8 @@ scores also with their gradients, for fp32 training.
   keyed by the source, the flags, the compiler and the CPU (about half a second on
   machine E). It needs no headers or libc at link time.
 - **Choice.** Each kernel is used only where a timing on a synthetic problem, once per
-  process and dtype, finds it faster than the torch ops it replaces (:func:`choose`).
+  process and dtype, finds it faster than the torch ops it replaces (:func:`choose`);
+  after :func:`fix` (``train.deterministic``) wherever it applies, untimed.
 - **Fallback.** No compiler, a failed build or ``SEQ2SEQ_NATIVE=0``: the torch path
   runs, with one line on stderr for a failed build. Results agree within fp32 rounding
   (tests/test_native.py); outputs may differ where two hypotheses nearly tie.
@@ -42,8 +43,8 @@ from torch import Tensor
 from seq2seq.native import build
 
 __all__ = ["additive_scores", "additive_scores_backward", "available", "choices", "choose",
-           "cross_entropy_rows", "disabled", "gru_gates", "gru_gates_backward", "keep", "status",
-           "vocab_topk"]
+           "cross_entropy_rows", "disabled", "fix", "fixed", "fixed_paths", "gru_gates",
+           "gru_gates_backward", "keep", "status", "vocab_topk"]
 
 MIN_BLOCK = 65536  # elements a thread's block of rows covers at least: fewer cost more to hand out
 TRIALS = 5  # timed calls of each path in a choice, alternating, after one untimed call
@@ -53,6 +54,7 @@ _trial_lock = threading.RLock()  # one timing at a time: decoding workers may as
 _state: dict[str, object] = {}  # "lib": the CDLL or None, "why": its status line
 _chosen: dict[str, tuple[bool, str]] = {}
 _off = threading.Event()  # set inside disabled()
+_fixed = threading.Event()  # set by fix(): choose() takes each kernel that applies, untimed
 
 _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -136,6 +138,33 @@ def keep(kept: dict[str, str]) -> None:
         _chosen[name] = (path == "kernel", f"{name}: {path} (kept from the run's start)")
 
 
+def fix(on: bool = True) -> None:
+    """With ``on``, :func:`choose` takes the kernel wherever it is available and applies,
+    without timing it: every process of one command then takes the same paths, however
+    loaded the machine (``train.deterministic``). A change of mode drops the choices made
+    so far; a choice :func:`keep` takes afterwards still wins."""
+    if on != _fixed.is_set():
+        _chosen.clear()
+    (_fixed.set if on else _fixed.clear)()
+
+
+def fixed() -> bool:
+    """True after :func:`fix`: the timed paths of this process are fixed, not timed."""
+    return _fixed.is_set()
+
+
+@contextmanager
+def fixed_paths(on: bool) -> Iterator[None]:
+    """:func:`fix` (``on``) inside the block, the mode before it afterwards: a run's setting,
+    not the process's (a reproduction trains, then decodes, in one process)."""
+    before = fixed()
+    fix(on)
+    try:
+        yield
+    finally:
+        fix(before)
+
+
 @contextmanager
 def disabled() -> Iterator[None]:
     """Inside the block every caller takes its torch path (A/B timings, tests)."""
@@ -176,6 +205,9 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
         if fast() is None:
             _chosen[name] = (False, f"{name}: torch (the kernel does not apply)")
             return False
+        if _fixed.is_set():
+            _chosen[name] = (True, f"{name}: kernel (fixed by train.deterministic, not timed)")
+            return True
         eager()
         times: dict[str, list[float]] = {"eager": [], "fast": []}
         for _ in range(TRIALS):

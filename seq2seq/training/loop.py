@@ -73,10 +73,13 @@ def resolve_precision(run: Run, batches: list[batching.Batch]) -> precision.Choi
 def choose_gemm(run: Run) -> gemm.Choice:
     """The route of the fp32 GEMMs (MKL, oneDNN or its grid, :mod:`seq2seq.model.gemm`),
     measured at the run's start. The routes round differently, and a new timing may pick
-    another on a near tie, so a resumed run on a CPU keeps its start's route."""
+    another on a near tie, so a resumed run on a CPU keeps its start's route, and with
+    fixed paths (``train.deterministic``, :func:`seq2seq.native.fixed`) it is MKL's, untimed."""
     kept = run.progress.fp32_gemm
     if kept and run.device.type == "cpu" and (kept == "default" or gemm.available()):
         choice = gemm.named(kept, f"{kept} (kept from the run's start)")
+    elif native.fixed():
+        choice = gemm.named("default", "default (MKL; fixed by train.deterministic, not timed)")
     else:
         shapes, step = chunk_shapes(run.model), gemm.step_probe(run.model)
         choice = distributed.on_main(lambda: gemm.choose(run.device, shapes, step))
@@ -357,6 +360,12 @@ def summarize(run: Run) -> dict[str, Any]:
 
 def train_main(cfg: DictConfig) -> Path:
     """`seq2seq-train`: train one model into ``cfg.run_dir`` and return that folder."""
+    # before anything times a path; a resume's kept paths (setup) still win over fixed ones
+    with native.fixed_paths(cfg.train.deterministic):
+        return _train(cfg)
+
+
+def _train(cfg: DictConfig) -> Path:
     run = setup(cfg)
     try:
         route = choose_gemm(run)
