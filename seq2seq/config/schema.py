@@ -1,9 +1,8 @@
 """Structured configs (dataclasses registered in Hydra's ConfigStore).
 
-The YAML files under ``configs/`` only set values; these schemas give every key
-its type, so a typo or a wrong type fails when the config is composed, not an
-hour into training; settings with a fixed set of values are StrEnums, which OmegaConf
-checks too. Range checks are in :mod:`seq2seq.config.checks`.
+The YAML files under ``configs/`` only set values; these schemas type every key, so a typo
+or a wrong type fails when the config is composed, not an hour into training; fixed sets of
+values are StrEnums, which OmegaConf checks too. Range checks: :mod:`seq2seq.config.checks`.
 """
 
 from __future__ import annotations
