@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from seq2seq import native
 from seq2seq.model import gemm
@@ -118,7 +119,7 @@ def test_a_deterministic_run_times_no_path(paths_mode, tiny_train_overrides, tmp
     each kernel that applies is taken, so a busy machine cannot send a seed another way."""
     from test_train import train
 
-    monkeypatch.setattr(gemm, "choose", lambda *a, **k: pytest.fail("the route was timed"))
+    monkeypatch.setattr(gemm, "measure", lambda *a, **k: pytest.fail("the route was timed"))
     monkeypatch.setattr(native, "TRIALS", 0)  # a timing would now fail on an empty median
     first = train(tiny_train_overrides, f"run_dir={tmp_path / 'a'}", "train.max_steps=3",
                   "train.deterministic=true")
@@ -151,3 +152,14 @@ def test_a_runs_fixed_paths_end_with_it(paths_mode, tiny_train_overrides, tmp_pa
     train(tiny_train_overrides, f"run_dir={tmp_path / 'a'}", "train.max_steps=2",
           "train.deterministic=true")
     assert not native.fixed()
+
+
+def test_fixed_routes_are_not_timed_and_an_env_route_still_wins(monkeypatch):
+    shapes = ((64, 16, 32),)
+    monkeypatch.setattr(gemm, "measure", lambda *a, **k: pytest.fail("the route was timed"))
+    monkeypatch.delenv(gemm.ENV, raising=False)
+    choice = gemm.choose(torch.device("cpu"), shapes, fixed=True)
+    assert choice.name == "default" and "fixed by train.deterministic" in choice.reason
+    if gemm.available():
+        monkeypatch.setenv(gemm.ENV, "onednn")
+        assert gemm.choose(torch.device("cpu"), shapes, fixed=True).name == "onednn"

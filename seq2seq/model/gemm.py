@@ -250,12 +250,13 @@ def forced(env: str = ENV, routes: tuple[str, ...] = ROUTES, unset: str = "auto"
 
 
 def choose(device: torch.device, shapes: tuple[Shape, ...] | None,
-           step: tuple[Shape, ...] = ()) -> Choice:
+           step: tuple[Shape, ...] = (), fixed: bool = False) -> Choice:
     """The route for the fp32 GEMMs on ``device``: ``shapes`` are the loss chunks'
     (:func:`seq2seq.model.loss.chunk_shapes`; None: the model has no fused loss, and
     nothing is routed), ``step`` the decoder step's products
     (:meth:`seq2seq.model.decoder.Decoder.step_shapes`; empty: no grid route). A GPU and
-    a torch without oneDNN keep the default."""
+    a torch without oneDNN keep the default. ``fixed`` (``train.deterministic``): the
+    default, not timed, unless :data:`ENV` names a route."""
     if shapes is None:
         return Choice(False, "default (MKL): this model has no fused loss")
     name = forced()
@@ -266,5 +267,7 @@ def choose(device: torch.device, shapes: tuple[Shape, ...] | None,
                       "grid": "oneDNN for the loss chunks and the grid for the rest"}
     if name in forced_because:
         return named(name, f"{forced_because[name]}, {ENV}={name}")
+    if fixed:
+        return named("default", "default (MKL; fixed by train.deterministic, not timed)")
     loss = decide(measure(shapes))
     return decide_grid(loss, measure_grid(step)) if step and loss.onednn else loss

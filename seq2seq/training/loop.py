@@ -74,15 +74,14 @@ def choose_gemm(run: Run) -> gemm.Choice:
     """The route of the fp32 GEMMs (MKL, oneDNN or its grid, :mod:`seq2seq.model.gemm`),
     measured at the run's start. The routes round differently, and a new timing may pick
     another on a near tie, so a resumed run on a CPU keeps its start's route, and with
-    fixed paths (``train.deterministic``, :func:`seq2seq.native.fixed`) it is MKL's, untimed."""
+    fixed paths (``train.deterministic``, :func:`seq2seq.native.fixed`) none is timed."""
     kept = run.progress.fp32_gemm
     if kept and run.device.type == "cpu" and (kept == "default" or gemm.available()):
         choice = gemm.named(kept, f"{kept} (kept from the run's start)")
-    elif native.fixed():
-        choice = gemm.named("default", "default (MKL; fixed by train.deterministic, not timed)")
     else:
         shapes, step = chunk_shapes(run.model), gemm.step_probe(run.model)
-        choice = distributed.on_main(lambda: gemm.choose(run.device, shapes, step))
+        choice = distributed.on_main(lambda: gemm.choose(run.device, shapes, step,
+                                                         fixed=native.fixed()))
     run.progress.fp32_gemm = choice.name
     run.log.info("fp32 GEMMs: %s", choice.reason)
     return choice
