@@ -175,7 +175,7 @@ class TrainConfig:
     # fp32; bf16 autocast; bf16_loss: only the output layer + loss in bf16; bf16_gemm: those
     # and the other large products (bf16 only where the device has it native, else fp32)
     precision: TrainPrecision = TrainPrecision.fp32
-    # fixed kernel paths and fp32 GEMM route, not timed ones: a seed's runs agree to the bit
+    # fixed kernel paths and fp32 GEMM route, not timed ones: a seed's runs train alike
     deterministic: bool = False
     # CPU: denormals read as zero in every thread (runtime.flush_denormals): slow, and common early on
     flush_denormals: bool = True
