@@ -137,6 +137,11 @@ def test_the_loss_rows_equal_the_torch_softmax_part(dtype, smoothing):
     torch.testing.assert_close(got_b, want_b, rtol=1e-5, atol=1e-5)
     loss_only, none = native.cross_entropy_rows(logits, target, smoothing, None)
     assert none is None and float(loss_only) == float(got_loss)
+    # written over the logits themselves (the fused loss does so): the same, to the bit
+    over, over_b = logits.clone(), start.clone()
+    over_loss, over_g = native.cross_entropy_rows(over, target, smoothing, dtype, over_b, over)
+    assert over_g.data_ptr() == over.data_ptr() and torch.equal(over_g, got_g)
+    assert float(over_loss) == float(got_loss) and torch.equal(over_b, got_b)
 
 
 def test_the_loss_rows_refuse_targets_outside_the_vocabulary():
@@ -156,14 +161,17 @@ def test_linear_cross_entropy_through_the_kernel_equals_torchs(monkeypatch):
     target = torch.randint(0, 700, (x.size(0),), generator=gen)
     results, calls = [], []
     kernel = native.cross_entropy_rows
-    monkeypatch.setattr(native, "cross_entropy_rows", lambda *a: calls.append(1) or kernel(*a))
+    # each chunk's gradient is written over its logits (the sixth argument is the first)
+    monkeypatch.setattr(native, "cross_entropy_rows",
+                        lambda *a: calls.append(a[5] is not None and a[5].data_ptr() == a[0].data_ptr())
+                        or kernel(*a))
     for faster in (True, False):
         monkeypatch.setattr(native, "_chosen",
                             {"cross_entropy_rows/torch.float32 on 1 thread": (faster, "a timing")})
         inputs = [t.clone().requires_grad_() for t in (x, w, b)]
         loss = linear_cross_entropy(*inputs, target, label_smoothing=0.1)
         results.append((loss.detach(), torch.autograd.grad(loss, inputs)))
-        assert len(calls) == 2  # two chunks through the kernel, then none through it
+        assert calls == [True, True]  # two chunks through the kernel, then none through it
     (got, got_grads), (want, want_grads) = results
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-3)
     for g, w_ in zip(got_grads, want_grads, strict=True):

@@ -84,7 +84,7 @@ def _softmax_part(logits: Tensor, target: Tensor, smoothing: float,
                   out: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """One chunk's logits (n, V) -> its summed loss and, with ``grad_dtype``, the gradient
     of the logits softmax - (1-ε) onehot - ε/V in that dtype (also added to ``grad_b``;
-    written into ``out``, (n, V) contiguous, when given).
+    written into ``out``, (n, V) contiguous, when given; ``out`` may be ``logits`` itself).
 
     The fused C kernel (seq2seq/native) where it is built and timed faster: one read of
     the logits instead of the fp32 copy, log-softmax, exp and casts below.
@@ -157,8 +157,12 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             xc = torch.cat([xc, xc.new_zeros(CHUNK_ROWS - rows, xc.size(1))])
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
-            loss, g = _softmax_part(F.linear(xc, w, b)[:rows], tc, smoothing,
-                                    dtype if with_grads else None, grad_b)
+            logits = F.linear(xc, w, b)[:rows]
+            # the gradient is written over the logits it comes from, not into a fresh
+            # (CHUNK_ROWS, V) block (docs/performance.md#fused-output-layer-and-loss)
+            over = with_grads and logits.dtype == dtype and logits.is_contiguous()
+            loss, g = _softmax_part(logits, tc, smoothing, dtype if with_grads else None,
+                                    grad_b, logits if over else None)
             total += loss
             if g is None:
                 continue

@@ -218,8 +218,8 @@ def choose(name: str, trial: Callable[[], tuple[Callable[[], object], Callable[[
         e, f = (sorted(times[k])[TRIALS // 2] for k in ("eager", "fast"))
         use = f * margin < e
         needs = f"; needs x{margin:.2f}" if margin != 1.0 else ""
-        _chosen[name] = (use, f"{name}: {'kernel' if use else 'torch'} ({f * 1e3:.2f} ms "
-                              f"against torch {e * 1e3:.2f}{needs})")
+        _chosen[name] = (use, f"{name}: {'kernel' if use else 'torch'} (kernel {f * 1e3:.2f} "
+                              f"ms, torch {e * 1e3:.2f} ms{needs})")
         return use
 
 
@@ -290,7 +290,8 @@ def cross_entropy_rows(logits: Tensor, target: Tensor, smoothing: float,
     bf16, and targets (n,): the summed cross-entropy (0-dim fp32, torch's label
     smoothing) and, with ``grad_dtype``, its gradient softmax - (1-ε) onehot - ε/V as
     (n, V) in that dtype (fp32 or bf16), also added to ``grad_bias`` (V,) fp32 when given,
-    written into ``grad_out`` (contiguous, (n, V), grad_dtype) when given.
+    written into ``grad_out`` (contiguous, (n, V), grad_dtype) when given, which may be
+    the logits themselves (each row is read in full before its gradient is written).
     None where the kernel does not apply."""
     lib = _lib()
     ok_dtypes = (torch.float32, torch.bfloat16)

@@ -259,7 +259,8 @@ static inline u16 f32_to_bf16(float f) { /* round to nearest even, as torch's .t
  * eps (lse - mean z) (torch's cross_entropy), and, unless grad is NULL, the gradient
  * softmax(z) - (1-eps) onehot(y) - eps/V written to grad (N, V) in fp32 or bf16
  * (grad_bf16) and added to grad_b (V,) unless that is NULL. One read of the logits,
- * one write of the gradient; work is a caller-provided (V,) fp32 buffer. */
+ * one write of the gradient; work is a caller-provided (V,) fp32 buffer. grad may be the
+ * logits themselves: a row is read in full before its gradient is written. */
 static void cross_entropy_block(const void *logits, int in_bf16, i64 N, i64 V,
                                 const i64 *target, float eps, float *loss_rows, void *grad,
                                 int grad_bf16, float *grad_b, float *work) {
