@@ -158,11 +158,11 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
             logits = F.linear(xc, w, b)[:rows]
-            # the gradient is written over the logits it comes from, not into a fresh
-            # (CHUNK_ROWS, V) block (docs/performance.md#fused-output-layer-and-loss)
-            over = with_grads and logits.dtype == dtype and logits.is_contiguous()
+            # with gradients (fp32/fp64 here: unpadded, contiguous, in dtype) the gradient is
+            # written over the logits it comes from, not into a fresh (CHUNK_ROWS, V) block
+            # (docs/performance.md#fused-output-layer-and-loss)
             loss, g = _softmax_part(logits, tc, smoothing, dtype if with_grads else None,
-                                    grad_b, logits if over else None)
+                                    grad_b, logits if with_grads else None)
             total += loss
             if g is None:
                 continue
