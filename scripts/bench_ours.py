@@ -185,15 +185,31 @@ def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats:
             "cpu_share_repeats": shares}
 
 
+def flop_counter() -> Any:
+    """torch's FlopCounterMode, also counting the in-place products ``addmm_`` and
+    ``baddbmm_``: it has no formula for them and counts them as 0, and the fp32 fused loss
+    sums grad W with ``addmm_`` (a third of the loss's products)."""
+    from torch.utils import flop_counter as fc
+
+    def addmm_(self_shape: Any, a_shape: Any, b_shape: Any, **_: Any) -> int:
+        return fc.addmm_flop(self_shape, a_shape, b_shape)  # takes shapes, as here
+
+    def baddbmm_(self_shape: Any, a_shape: Any, b_shape: Any, **_: Any) -> int:
+        return fc.baddbmm_flop(self_shape, a_shape, b_shape)
+
+    aten = torch.ops.aten
+    return fc.FlopCounterMode(display=False, custom_mapping={
+        aten.addmm_: addmm_, aten.addmm_.default: addmm_,
+        aten.baddbmm_: baddbmm_, aten.baddbmm_.default: baddbmm_})
+
+
 def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:
-    """FLOPs of one forward + loss + backward (torch's FlopCounterMode: matmuls, incl. the
+    """FLOPs of one forward + loss + backward (:func:`flop_counter`: matmuls, incl. the
     GRUs' gate matmuls) and per real target token (padded positions cost FLOPs in the
     recurrence; the output layer and loss skip them)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     from seq2seq.training.loop import autocast
 
-    with FlopCounterMode(display=False) as counter:
+    with flop_counter() as counter:
         with autocast(run):
             loss = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
         (loss / batch.n_tgt_tokens).backward()

@@ -56,6 +56,26 @@ def test_ours_only_writes_sane_json(tiny_corpus, tmp_path):
         assert row["peak_rss_mib"] > 50
 
 
+def test_flop_count_has_all_three_products_of_the_fp32_loss():
+    # the fp32 fused loss sums grad W with addmm_, which FlopCounterMode alone counts as 0:
+    # the benchmark's fp32 rows must still count logits, grad x and grad W (2NHV each)
+    from seq2seq.model.loss import CHUNK_ROWS, linear_cross_entropy
+
+    n, h, v = CHUNK_ROWS + 37, 16, 50  # two chunks, the second one short
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, h, generator=gen, requires_grad=True)
+    w = torch.randn(v, h, generator=gen, requires_grad=True)
+    b = torch.zeros(v, requires_grad=True)
+    target = torch.randint(0, v, (n,), generator=gen)
+    with bench_ours.flop_counter() as counter:
+        linear_cross_entropy(x, w, b, target).backward()
+    assert counter.get_total_flops() == 3 * 2 * n * h * v
+    z = torch.zeros(2, 4, 3)
+    with bench_ours.flop_counter() as counter:  # the encoder loop's in-place product kind
+        z.baddbmm_(torch.ones(2, 4, 5), torch.ones(2, 5, 3))
+    assert counter.get_total_flops() == 2 * 2 * 4 * 5 * 3
+
+
 @pytest.mark.parametrize("how", ["repeat", "new"])
 def test_probe_benchmark_reports_each_precision_and_the_choice(tiny_corpus, tmp_path, how):
     out = tmp_path / "probe.json"

@@ -166,7 +166,6 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             total += loss
             if g is None:
                 continue
-            # (not out=: FlopCounterMode skips it)
             grad_x[start:start + CHUNK_ROWS] = torch.mm(g, w)[:rows]
             if dtype == grad_w.dtype:
                 grad_w.addmm_(g.t(), xc)
