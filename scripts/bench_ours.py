@@ -18,7 +18,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -51,6 +51,9 @@ from seq2seq.runtime import (  # noqa: E402
 from seq2seq.training.loop import Run, resolve_precision, train_step  # noqa: E402
 from seq2seq.training.loop import precision_of as run_precision  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
+
+if TYPE_CHECKING:
+    from torch.utils.flop_counter import FlopCounterMode
 
 ARMS = ("none", "bahdanau", "luong")
 
@@ -185,14 +188,16 @@ def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats:
             "cpu_share_repeats": shares}
 
 
-def flop_counter() -> Any:
+def flop_counter() -> FlopCounterMode:
     """torch's FlopCounterMode, also counting the in-place products ``addmm_`` and
     ``baddbmm_``: it has no formula for them and counts them as 0, and the fp32 fused loss
     sums grad W with ``addmm_`` (a third of the loss's products)."""
     from torch.utils import flop_counter as fc
 
+    # FlopCounterMode hands these the inputs' shapes; the registered formulas they call
+    # accept shapes too (their wrapper passes a shape through unchanged)
     def addmm_(self_shape: Any, a_shape: Any, b_shape: Any, **_: Any) -> int:
-        return fc.addmm_flop(self_shape, a_shape, b_shape)  # takes shapes, as here
+        return fc.addmm_flop(self_shape, a_shape, b_shape)
 
     def baddbmm_(self_shape: Any, a_shape: Any, b_shape: Any, **_: Any) -> int:
         return fc.baddbmm_flop(self_shape, a_shape, b_shape)

@@ -71,7 +71,7 @@ def test_flop_count_has_all_three_products_of_the_fp32_loss():
         linear_cross_entropy(x, w, b, target).backward()
     assert counter.get_total_flops() == 3 * 2 * n * h * v
     z = torch.zeros(2, 4, 3)
-    with bench_ours.flop_counter() as counter:  # the encoder loop's in-place product kind
+    with bench_ours.flop_counter() as counter:  # the batched in-place product, the same gap
         z.baddbmm_(torch.ones(2, 4, 5), torch.ones(2, 5, 3))
     assert counter.get_total_flops() == 2 * 2 * 4 * 5 * 3
 
