@@ -128,7 +128,8 @@ class _ProductShapes(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
-                    torch.ops.aten.addmm_.default):
+                    torch.ops.aten.addmm_.default, torch.ops.aten.mm.out,
+                    torch.ops.aten.addmm.out):
             self.shapes.append(tuple(out.shape))
         return out
 

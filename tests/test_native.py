@@ -161,17 +161,19 @@ def test_linear_cross_entropy_through_the_kernel_equals_torchs(monkeypatch):
     target = torch.randint(0, 700, (x.size(0),), generator=gen)
     results, calls = [], []
     kernel = native.cross_entropy_rows
-    # each chunk's gradient is written over its logits (the sixth argument is the first)
+    # each chunk's gradient is written over its logits (the sixth argument is the first),
+    # and every chunk's logits lie in one block (the same first address)
     monkeypatch.setattr(native, "cross_entropy_rows",
-                        lambda *a: calls.append(a[5] is not None and a[5].data_ptr() == a[0].data_ptr())
-                        or kernel(*a))
+                        lambda *a: calls.append((a[5] is not None and a[5].data_ptr() == a[0].data_ptr(),
+                                                 a[0].data_ptr())) or kernel(*a))
     for faster in (True, False):
         monkeypatch.setattr(native, "_chosen",
                             {"cross_entropy_rows/torch.float32 on 1 thread": (faster, "a timing")})
         inputs = [t.clone().requires_grad_() for t in (x, w, b)]
         loss = linear_cross_entropy(*inputs, target, label_smoothing=0.1)
         results.append((loss.detach(), torch.autograd.grad(loss, inputs)))
-        assert calls == [True, True]  # two chunks through the kernel, then none through it
+        assert [over for over, _ in calls] == [True, True]  # two chunks, then none
+        assert len({start for _, start in calls}) == 1
     (got, got_grads), (want, want_grads) = results
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-3)
     for g, w_ in zip(got_grads, want_grads, strict=True):

@@ -147,6 +147,10 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
         grad_w = torch.zeros_like(weight)
         grad_b = None if bias is None else torch.zeros_like(bias)
     xs = x.to(dtype)  # one cast of all rows, not one per chunk
+    # with gradients (fp32/fp64 here: unpadded, contiguous, in dtype) every chunk's logits
+    # go into this one block and their gradient over them, not into a fresh (CHUNK_ROWS, V)
+    # block per chunk (docs/performance.md#fused-output-layer-and-loss)
+    block = xs.new_empty(min(CHUNK_ROWS, xs.size(0)), w.size(0)) if with_grads else None
     for start in range(0, x.size(0), CHUNK_ROWS):
         xc, tc = xs[start:start + CHUNK_ROWS], target[start:start + CHUNK_ROWS]
         rows = xc.size(0)
@@ -157,10 +161,8 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             xc = torch.cat([xc, xc.new_zeros(CHUNK_ROWS - rows, xc.size(1))])
         # full chunks are the only shapes that recur all run: worth a oneDNN kernel each
         with gemm.recurring() if xc.size(0) == CHUNK_ROWS else contextlib.nullcontext():
-            logits = F.linear(xc, w, b)[:rows]
-            # with gradients (fp32/fp64 here: unpadded, contiguous, in dtype) the gradient is
-            # written over the logits it comes from, not into a fresh (CHUNK_ROWS, V) block
-            # (docs/performance.md#fused-output-layer-and-loss)
+            logits = (F.linear(xc, w, b)[:rows] if block is None
+                      else _linear_into(xc, w, b, block[:rows]))
             loss, g = _softmax_part(logits, tc, smoothing, dtype if with_grads else None,
                                     grad_b, logits if with_grads else None)
             total += loss
@@ -172,6 +174,13 @@ def _chunked(x: Tensor, weight: Tensor, bias: Tensor | None, target: Tensor,
             else:  # addmm_ wants one dtype; sum the bf16 product in fp32
                 grad_w += torch.mm(g.t(), xc).to(grad_w.dtype)
     return total, ((grad_x, grad_w, grad_b) if with_grads else None)
+
+
+def _linear_into(x: Tensor, w: Tensor, b: Tensor | None, out: Tensor) -> Tensor:
+    """F.linear(x, w, b) written into ``out`` (rows, V): the same product (addmm/mm)."""
+    if b is None:
+        return torch.mm(x, w.t(), out=out)
+    return torch.addmm(b, x, w.t(), out=out)
 
 
 def _low_precision_with_grads(x: Tensor, w: Tensor, b: Tensor | None, weight: Tensor,
