@@ -18,7 +18,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from bench_flops import count_flops  # noqa: E402
 from bench_turns import ENV as TURNS_ENV  # noqa: E402
 from bench_turns import Turns  # noqa: E402
 
@@ -51,9 +52,6 @@ from seq2seq.runtime import (  # noqa: E402
 from seq2seq.training.loop import Run, resolve_precision, train_step  # noqa: E402
 from seq2seq.training.loop import precision_of as run_precision  # noqa: E402
 from seq2seq.training.optim import build_optimizer  # noqa: E402
-
-if TYPE_CHECKING:
-    from torch.utils.flop_counter import FlopCounterMode
 
 ARMS = ("none", "bahdanau", "luong")
 
@@ -186,41 +184,6 @@ def time_training(run: Run, batches: list[batching.Batch], warmup: int, repeats:
             # CPU seconds per wall second per thread: well under 1 where another process
             # took a core (seq2seq.contention); meaningless on a GPU
             "cpu_share_repeats": shares}
-
-
-def flop_counter() -> FlopCounterMode:
-    """torch's FlopCounterMode, also counting the in-place products ``addmm_`` and
-    ``baddbmm_``: it has no formula for them and counts them as 0, and the fp32 fused loss
-    sums grad W with ``addmm_`` (a third of the loss's products)."""
-    from torch.utils import flop_counter as fc
-
-    # FlopCounterMode hands these the inputs' shapes; the registered formulas they call
-    # accept shapes too (their wrapper passes a shape through unchanged)
-    def addmm_(self_shape: Any, a_shape: Any, b_shape: Any, **_: Any) -> int:
-        return fc.addmm_flop(self_shape, a_shape, b_shape)
-
-    def baddbmm_(self_shape: Any, a_shape: Any, b_shape: Any, **_: Any) -> int:
-        return fc.baddbmm_flop(self_shape, a_shape, b_shape)
-
-    aten = torch.ops.aten
-    return fc.FlopCounterMode(display=False, custom_mapping={
-        aten.addmm_: addmm_, aten.addmm_.default: addmm_,
-        aten.baddbmm_: baddbmm_, aten.baddbmm_.default: baddbmm_})
-
-
-def count_flops(run: Run, batch: batching.Batch) -> dict[str, float]:
-    """FLOPs of one forward + loss + backward (:func:`flop_counter`: matmuls, incl. the
-    GRUs' gate matmuls) and per real target token (padded positions cost FLOPs in the
-    recurrence; the output layer and loss skip them)."""
-    from seq2seq.training.loop import autocast
-
-    with flop_counter() as counter:
-        with autocast(run):
-            loss = run.model(batch.src, batch.src_lens, batch.tgt_in, targets=batch.tgt_out)
-        (loss / batch.n_tgt_tokens).backward()
-    run.model.zero_grad(set_to_none=True)
-    total = counter.get_total_flops()
-    return {"flops_fwd_bwd": float(total), "flops_per_tgt_token": total / batch.n_tgt_tokens}
 
 
 def profile_steps(run: Run, batches: list[batching.Batch], top: int = 15) -> str:
