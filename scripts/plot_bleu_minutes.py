@@ -79,10 +79,14 @@ def series(results: dict[str, Any], x: str = "wall") -> list[tuple[str, str, lis
 
 
 def cpu_title(results: dict[str, Any]) -> str:
+    """The CPU model and threads, and the instruction-set caps when the run had any (a
+    capped run stands in for another kind of CPU, and its figure must say so)."""
     cpu = results.get("cpu") or {}
     model = cpu.get("model", "unknown CPU") if isinstance(cpu, dict) else str(cpu)
     threads = (results.get("equal_time") or {}).get("threads") or (results.get("args") or {}).get("threads")
-    return model + (f", {threads} threads" if threads else "")
+    caps = cpu.get("isa_caps") if isinstance(cpu, dict) else None
+    capped = f", capped to {cpu.get('kernels') or 'fewer'} instructions" if caps else ""
+    return model + (f", {threads} threads" if threads else "") + capped
 
 
 def plot(results: dict[str, Any], out: str | Path, x: str = "wall", source: str = "") -> Path:

@@ -214,7 +214,15 @@ def test_plot_writes_a_png(tmp_path):
     assert {(t, a) for t, a, *_ in series} == {(t, a) for t in ("ours", "joey")
                                                for a in ("bahdanau", "luong")}
     assert series[0][2] == [5, 10, 15] and series[0][3] == [5.0, 10.0, 15.0]  # wall minutes
-    assert "Test CPU @ 2.0GHz, 2 threads" in plot_bleu_minutes.cpu_title(json.loads(res.read_text()))
+    results = json.loads(res.read_text())
+    assert "Test CPU @ 2.0GHz, 2 threads" in plot_bleu_minutes.cpu_title(results)
+    assert "capped" not in plot_bleu_minutes.cpu_title(results)
+
+
+def test_plot_title_names_instruction_set_caps():
+    capped = {"cpu": {"model": "Test CPU", "kernels": "AVX2",
+                      "isa_caps": {"ATEN_CPU_CAPABILITY": "avx2"}}, "args": {"threads": 2}}
+    assert plot_bleu_minutes.cpu_title(capped) == "Test CPU, 2 threads, capped to AVX2 instructions"
 
 
 def one_arm(results: dict, arm: str) -> dict:
