@@ -10,7 +10,8 @@ The x axis is
 the training time each toolkit had actually used at the mark (``train_wall_s``: ours the
 training loop's wall time that train.max_minutes bounds, JoeyNMT's from its log, both with
 their dev validations), or with `--x nominal` the mark's nominal minutes. The title
-names the CPU and thread count recorded in the JSON.
+names the CPU and thread count recorded in the JSON, and the instruction-set caps of a
+capped run (an AVX2 stand-in).
 """
 
 from __future__ import annotations
