@@ -237,7 +237,12 @@ def _best_seconds(n: int, dtype: torch.dtype, repeats: int, device: str = "cpu")
 
 
 def _seconds_of_mm(n: int, dtype: torch.dtype, device: str = "cpu") -> float:
-    return _best_seconds(n, dtype, 1, device)
+    """The fastest of three (n, n) products after one untimed: the size check's prediction.
+
+    One timed product is not enough: a single slow call (a preempted vCPU, threads waking)
+    can cut a fast product's size, and a smaller product's lower rate then becomes the rate
+    every fraction of the matmul rate is of."""
+    return _best_seconds(n, dtype, 3, device)
 
 
 def time_decoding(model: torch.nn.Module, bench: BenchData, beam: int) -> dict[str, float]:
