@@ -101,6 +101,19 @@ def ceiling_of(row: dict[str, Any], rates: dict[str, float]) -> float:
     return rates["fp32_flops_per_s"]
 
 
+def rates_line(args: argparse.Namespace, rates: dict[str, Any]) -> str:
+    """The matmul rates as printed, naming any dtype measured at a smaller size than asked."""
+    def shrunk(dtype: str) -> str:
+        n = rates.get("sizes", {}).get(dtype, args.matmul_size)
+        return f" (at {n}^3: slow here)" if n != args.matmul_size else ""
+    return (f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
+            + shrunk("float32")
+            + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
+               if "fp32_onednn_flops_per_s" in rates else "") + ", "
+            f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s" + shrunk("bfloat16")
+            + (" (GPU)" if args.device == "cuda" else f" ({args.threads} threads)"))
+
+
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
     """(row-name suffix, settings) of each configuration of ours to measure per arm."""
     out = [("", settings_of(args, args.precision))]
@@ -185,13 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{gpu['multiprocessors']} SMs), CUDA {gpu['cuda']}, cuDNN {gpu['cudnn']}, "
               f"torch {gpu['torch']}")
     results["matmul"] = rates = ceiling(args)
-    bf16_n = rates.get("sizes", {}).get("bfloat16", args.matmul_size)
-    print(f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
-          + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
-             if "fp32_onednn_flops_per_s" in rates else "") + ", "
-          f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s"
-          + (f" (at {bf16_n}^3: slow here)" if bf16_n != args.matmul_size else "")
-          + (" (GPU)" if args.device == "cuda" else f" ({args.threads} threads)"))
+    print(rates_line(args, rates))
     print(HEADER)
     results["ours"] = measure_ours(args, rates)
     for name, row in results["ours"].items():

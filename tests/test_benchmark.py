@@ -379,6 +379,17 @@ def test_one_slow_call_does_not_shrink_the_matmul_size(monkeypatch):
     assert benchmark.bench_ours._seconds_of_mm(64, torch.float32) == 0.01
 
 
+def test_the_rates_line_names_each_shrunk_size():
+    args = benchmark.parse_args(["--arms", "bahdanau"])
+    rates = {"fp32_flops_per_s": 275e9, "bf16_flops_per_s": 1.8e12,
+             "sizes": {"float32": 1024, "bfloat16": args.matmul_size}}
+    line = benchmark.rates_line(args, rates)
+    assert "fp32 275.0 GFLOP/s (at 1024^3: slow here)" in line
+    assert line.count("slow here") == 1
+    rates["sizes"] = {"float32": args.matmul_size, "bfloat16": args.matmul_size}
+    assert "slow here" not in benchmark.rates_line(args, rates)
+
+
 def test_kernel_benchmark_times_new_shapes_against_a_warm_one(tmp_path, capsys):
     out = tmp_path / "kernels.json"
     bench_kernels.main(["--rows", "6", "--src-len", "5", "--attn-size", "16", "--vocab", "1000",
