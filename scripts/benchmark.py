@@ -84,7 +84,10 @@ def ceiling(args: argparse.Namespace) -> dict[str, float]:
              "n": args.matmul_size, "sizes": sizes, "threads": args.threads, "device": args.device}
     if gemm.available() and args.device == "cpu":  # the fp32 ceiling of rows whose GEMMs went through oneDNN
         with gemm.using(gemm.Choice(True, "")), gemm.recurring():  # using() alone routes nothing
-            rates["fp32_onednn_flops_per_s"] = bench_ours.matmul_rate(args.matmul_size, torch.float32)
+            onednn_size: dict[str, int] = {}
+            rates["fp32_onednn_flops_per_s"] = bench_ours.matmul_rate(args.matmul_size, torch.float32,
+                                                                      sizes=onednn_size)
+            sizes["float32_onednn"] = onednn_size["float32"]
     return rates
 
 
@@ -108,8 +111,9 @@ def rates_line(args: argparse.Namespace, rates: dict[str, Any]) -> str:
         return f" (at {n}^3: slow here)" if n != args.matmul_size else ""
     return (f"matmul {args.matmul_size}^3: fp32 {rates['fp32_flops_per_s'] / 1e9:.1f} GFLOP/s"
             + shrunk("float32")
-            + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f})"
-               if "fp32_onednn_flops_per_s" in rates else "") + ", "
+            + (f" (through oneDNN {rates['fp32_onednn_flops_per_s'] / 1e9:.1f}"
+               + shrunk("float32_onednn") + ")" if "fp32_onednn_flops_per_s" in rates else "")
+            + ", "
             f"bf16 {rates['bf16_flops_per_s'] / 1e9:.1f} GFLOP/s" + shrunk("bfloat16")
             + (" (GPU)" if args.device == "cuda" else f" ({args.threads} threads)"))
 

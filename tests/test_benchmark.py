@@ -169,12 +169,15 @@ def test_the_onednn_ceiling_is_timed_through_onednn(monkeypatch):
     def rate(n, dtype, sizes=None, device="cpu"):
         assert device == "cpu"
         flags.append((dtype, torch.backends.mkldnn.matmul.fp32_precision))
+        if sizes is not None:  # as the real one records the size it used
+            sizes[str(dtype).removeprefix("torch.")] = n
         return 1.0
     monkeypatch.setattr(benchmark.bench_ours, "matmul_rate", rate)
     before = torch.backends.mkldnn.matmul.fp32_precision
     rates = benchmark.ceiling(benchmark.parse_args(["--matmul-size", "64", "--threads", "1"]))
     assert set(rates) >= {"fp32_flops_per_s", "bf16_flops_per_s", "fp32_onednn_flops_per_s"}
     assert flags == [(torch.float32, before), (torch.bfloat16, before), (torch.float32, "bf16")]
+    assert rates["sizes"] == {"float32": 64, "bfloat16": 64, "float32_onednn": 64}
     assert torch.backends.mkldnn.matmul.fp32_precision == before
 
 
@@ -388,6 +391,9 @@ def test_the_rates_line_names_each_shrunk_size():
     assert line.count("slow here") == 1
     rates["sizes"] = {"float32": args.matmul_size, "bfloat16": args.matmul_size}
     assert "slow here" not in benchmark.rates_line(args, rates)
+    rates["fp32_onednn_flops_per_s"] = 900e9
+    rates["sizes"]["float32_onednn"] = 512
+    assert "(through oneDNN 900.0 (at 512^3: slow here))" in benchmark.rates_line(args, rates)
 
 
 def test_kernel_benchmark_times_new_shapes_against_a_warm_one(tmp_path, capsys):
